@@ -1,0 +1,76 @@
+//! The [`Shim`] trait: what a protocol crate gives the runtime.
+//!
+//! A shim folds its native request into an OpenAI chat body the compression
+//! proxy can shrink, restores the native request from the shrunken body, and
+//! provides the two stream translations: native upstream SSE to bare OpenAI
+//! SSE (the return leg, read by the proxy) and bare OpenAI SSE to what the
+//! agent reads (the ingress). It never sees sockets, retries or routes.
+
+use serde_json::Value;
+
+use crate::translate::StreamTranslator;
+
+/// A native request folded into OpenAI form.
+#[derive(Debug, Clone)]
+pub struct Folded<O> {
+    /// The OpenAI chat body sent to the compression proxy.
+    pub openai: Value,
+    /// What the shim keeps to restore from (the native body, parsed).
+    pub original: O,
+}
+
+/// Why a shim could not fold or restore; the runtime falls back to the
+/// original behaviour and shows the message in `lastError`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShimError(pub String);
+
+impl ShimError {
+    /// An error with a message.
+    pub fn new(message: impl Into<String>) -> Self {
+        ShimError(message.into())
+    }
+}
+
+impl std::fmt::Display for ShimError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ShimError {}
+
+/// One protocol the runtime can put in front of a compression proxy.
+///
+/// Every hook is pure: bytes and JSON in, bytes and JSON out.
+pub trait Shim: Send + Sync + 'static {
+    /// What the runtime keeps under a rid between the ingress and the return
+    /// leg (the native body, parsed).
+    type Original: Send + Sync + 'static;
+    /// Return leg: native upstream SSE to bare OpenAI SSE.
+    type ReturnLeg: StreamTranslator;
+    /// Ingress: bare OpenAI SSE (as the proxy relays it) to the agent's wire.
+    type Ingress: StreamTranslator;
+
+    /// The shim's name: the return-leg path segment and the `/status` key.
+    fn name(&self) -> &'static str;
+
+    /// Whether a request is the inference call the ingress takes over
+    /// (everything else passes through untouched).
+    fn is_inference(&self, method: &str, path: &str) -> bool;
+
+    /// Folds the native request body into an OpenAI chat body.
+    fn fold(&self, native: &[u8]) -> Result<Folded<Self::Original>, ShimError>;
+
+    /// Restores the native request body from the original and the
+    /// (compressed) OpenAI body: only `messages`, `tools` and sampling fields
+    /// come from `openai`, everything else from the original. Called once per
+    /// return-leg request.
+    fn restore(&self, original: &Self::Original, openai: &Value) -> Result<Vec<u8>, ShimError>;
+
+    /// A fresh return-leg translator for one upstream attempt. `request` is
+    /// the OpenAI body the proxy sent (for `stream_options` and the like).
+    fn return_leg(&self, request: &Value) -> Self::ReturnLeg;
+
+    /// A fresh ingress translator for one answer relayed by the proxy.
+    fn ingress(&self, original: &Self::Original) -> Self::Ingress;
+}

@@ -1,0 +1,463 @@
+//! Incremental, zero-copy server-sent-events parser following the WHATWG
+//! "server-sent events" parsing rules.
+//!
+//! Input arrives as `Bytes` chunks split at any byte. A field value that lies
+//! inside one chunk is handed out as a [`Bytes::slice`] of that chunk; only a
+//! line that straddles chunks, or an event that joins several `data` lines,
+//! copies. Line ends are found with `memchr`. Every buffer the parser grows is
+//! capped by [`SseParser::with_limit`] (default [`DEFAULT_MAX_EVENT_BYTES`]).
+
+use bytes::{Bytes, BytesMut};
+
+/// Largest line, and largest joined `data` of one event, accepted by default.
+///
+/// 16 MiB is far above any real chunk (a reasoning model's whole answer rarely
+/// reaches 1 MiB) and low enough that a hostile stream cannot grow us without
+/// bound.
+pub const DEFAULT_MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
+
+const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
+
+/// One dispatched event.
+///
+/// Fields are raw bytes: SSE is UTF-8 by definition, but a byte-level proxy
+/// must not fail on a stream that is not; decode with
+/// `String::from_utf8_lossy` where text is needed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SseEvent {
+    /// The `event:` type; `None` when absent or empty (the spec's "message").
+    pub event: Option<Bytes>,
+    /// The joined `data` lines, without the trailing LF.
+    pub data: Bytes,
+    /// The last event ID at dispatch; `None` when it is empty.
+    pub id: Option<Bytes>,
+    /// A `retry:` value seen since the previous dispatched event.
+    pub retry: Option<u64>,
+}
+
+impl SseEvent {
+    /// An event with only `data`.
+    pub fn data(data: impl Into<Bytes>) -> Self {
+        SseEvent {
+            data: data.into(),
+            ..SseEvent::default()
+        }
+    }
+
+    /// Whether the event type equals `name` (`None` matches `"message"`).
+    pub fn is(&self, name: &str) -> bool {
+        match &self.event {
+            Some(e) => e.as_ref() == name.as_bytes(),
+            None => name == "message",
+        }
+    }
+}
+
+/// An event that was still open when the stream ended (never dispatched by
+/// the spec; offered for diagnostics only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IncompleteEvent {
+    /// What the event would have been had a blank line followed.
+    pub event: SseEvent,
+}
+
+/// Why the parser refused the stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SseError {
+    /// A single line exceeded the limit.
+    LineTooLong {
+        /// The configured limit in bytes.
+        limit: usize,
+    },
+    /// The joined `data` of one event exceeded the limit.
+    EventTooLarge {
+        /// The configured limit in bytes.
+        limit: usize,
+    },
+}
+
+impl std::fmt::Display for SseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SseError::LineTooLong { limit } => write!(f, "sse line longer than {limit} bytes"),
+            SseError::EventTooLarge { limit } => {
+                write!(f, "sse event data larger than {limit} bytes")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SseError {}
+
+/// The `data` buffer of the event being built: most events have one line,
+/// which stays a zero-copy slice.
+#[derive(Debug, Default)]
+enum DataBuf {
+    #[default]
+    Empty,
+    One(Bytes),
+    Many(BytesMut),
+}
+
+impl DataBuf {
+    fn len(&self) -> usize {
+        match self {
+            DataBuf::Empty => 0,
+            DataBuf::One(b) => b.len(),
+            DataBuf::Many(m) => m.len(),
+        }
+    }
+}
+
+/// The incremental parser. Push chunks with [`push`](Self::push), drain
+/// events with [`next_event`](Self::next_event) until it yields `None`, and
+/// call [`finish`](Self::finish) at end of stream.
+#[derive(Debug)]
+pub struct SseParser {
+    limit: usize,
+    /// The chunk being read and how far.
+    chunk: Bytes,
+    pos: usize,
+    /// A line that began in an earlier chunk.
+    partial: BytesMut,
+    /// The previous chunk ended in CR: a leading LF belongs to it.
+    skip_lf: bool,
+    /// How many BOM bytes were matched at the start; `None` once decided.
+    bom_matched: Option<u8>,
+    data: DataBuf,
+    event_type: Option<Bytes>,
+    /// The last event ID buffer (persists across events).
+    id_buf: Bytes,
+    /// The last event ID string, committed at every blank line.
+    last_id: Bytes,
+    retry: Option<u64>,
+    /// Whether the open block has seen any line (for diagnostics).
+    block_open: bool,
+    failed: Option<SseError>,
+}
+
+impl Default for SseParser {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SseParser {
+    /// A parser with [`DEFAULT_MAX_EVENT_BYTES`].
+    pub fn new() -> Self {
+        Self::with_limit(DEFAULT_MAX_EVENT_BYTES)
+    }
+
+    /// A parser that refuses lines or event data longer than `limit` bytes.
+    pub fn with_limit(limit: usize) -> Self {
+        SseParser {
+            limit,
+            chunk: Bytes::new(),
+            pos: 0,
+            partial: BytesMut::new(),
+            skip_lf: false,
+            bom_matched: Some(0),
+            data: DataBuf::Empty,
+            event_type: None,
+            id_buf: Bytes::new(),
+            last_id: Bytes::new(),
+            retry: None,
+            block_open: false,
+            failed: None,
+        }
+    }
+
+    /// Hands the parser the next chunk.
+    ///
+    /// Drain [`next_event`](Self::next_event) before pushing again: a chunk
+    /// pushed while the previous one is unread is appended by copying.
+    pub fn push(&mut self, chunk: Bytes) {
+        if chunk.is_empty() {
+            return;
+        }
+        if self.pos < self.chunk.len() {
+            let mut joined = BytesMut::with_capacity(self.chunk.len() - self.pos + chunk.len());
+            joined.extend_from_slice(&self.chunk[self.pos..]);
+            joined.extend_from_slice(&chunk);
+            self.chunk = joined.freeze();
+        } else {
+            self.chunk = chunk;
+        }
+        self.pos = 0;
+    }
+
+    /// The next dispatched event from the pushed input, or `None` when the
+    /// input is used up. After an error every call returns that error.
+    pub fn next_event(&mut self) -> Result<Option<SseEvent>, SseError> {
+        if let Some(err) = &self.failed {
+            return Err(err.clone());
+        }
+        match self.drain() {
+            Ok(ev) => Ok(ev),
+            Err(err) => {
+                self.failed = Some(err.clone());
+                self.chunk = Bytes::new();
+                self.pos = 0;
+                self.partial = BytesMut::new();
+                self.data = DataBuf::Empty;
+                Err(err)
+            }
+        }
+    }
+
+    /// The last event ID string (committed at each blank line).
+    pub fn last_event_id(&self) -> &Bytes {
+        &self.last_id
+    }
+
+    /// Ends the stream. Per the spec an unterminated event is discarded; it is
+    /// returned here so a caller can show it.
+    pub fn finish(&mut self) -> Option<IncompleteEvent> {
+        if self.failed.is_some() {
+            return None;
+        }
+        // Whatever is left in the current chunk has no line end.
+        if self.pos < self.chunk.len() {
+            let rest = self.chunk.slice(self.pos..);
+            self.partial.extend_from_slice(&rest);
+            self.pos = self.chunk.len();
+        }
+        if !self.partial.is_empty() {
+            let line = self.partial.split().freeze();
+            if self.line(line).is_err() {
+                return None;
+            }
+        }
+        if !self.block_open {
+            return None;
+        }
+        self.block_open = false;
+        let data = match std::mem::take(&mut self.data) {
+            DataBuf::Empty => return None,
+            DataBuf::One(b) => b,
+            DataBuf::Many(m) => m.freeze(),
+        };
+        Some(IncompleteEvent {
+            event: SseEvent {
+                event: self.event_type.take(),
+                data,
+                id: (!self.id_buf.is_empty()).then(|| self.id_buf.clone()),
+                retry: self.retry.take(),
+            },
+        })
+    }
+
+    fn drain(&mut self) -> Result<Option<SseEvent>, SseError> {
+        while self.pos < self.chunk.len() {
+            if self.bom_matched.is_some() && !self.strip_bom() {
+                continue;
+            }
+            if self.skip_lf {
+                self.skip_lf = false;
+                if self.chunk[self.pos] == b'\n' {
+                    self.pos += 1;
+                    continue;
+                }
+            }
+            let rest = &self.chunk[self.pos..];
+            let Some(at) = memchr::memchr2(b'\n', b'\r', rest) else {
+                if self.partial.len() + rest.len() > self.limit {
+                    return Err(SseError::LineTooLong { limit: self.limit });
+                }
+                self.partial.extend_from_slice(rest);
+                self.pos = self.chunk.len();
+                return Ok(None);
+            };
+            let start = self.pos;
+            let end = start + at;
+            self.pos = end + 1;
+            if self.chunk[end] == b'\r' {
+                if self.pos == self.chunk.len() {
+                    self.skip_lf = true;
+                } else if self.chunk[self.pos] == b'\n' {
+                    self.pos += 1;
+                }
+            }
+            let line = if self.partial.is_empty() {
+                if end - start > self.limit {
+                    return Err(SseError::LineTooLong { limit: self.limit });
+                }
+                self.chunk.slice(start..end)
+            } else {
+                if self.partial.len() + (end - start) > self.limit {
+                    return Err(SseError::LineTooLong { limit: self.limit });
+                }
+                self.partial.extend_from_slice(&self.chunk[start..end]);
+                self.partial.split().freeze()
+            };
+            if let Some(ev) = self.line(line)? {
+                return Ok(Some(ev));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Consumes BOM bytes at the very start of the stream. Returns whether
+    /// the caller may go on parsing at `pos` (false: call again).
+    fn strip_bom(&mut self) -> bool {
+        let Some(matched) = self.bom_matched else {
+            return true;
+        };
+        let byte = self.chunk[self.pos];
+        if byte == BOM[matched as usize] {
+            self.pos += 1;
+            if matched == 2 {
+                self.bom_matched = None;
+            } else {
+                self.bom_matched = Some(matched + 1);
+            }
+            return false;
+        }
+        // Not a BOM: the bytes matched so far start the first line.
+        self.partial
+            .extend_from_slice(&BOM[..matched as usize]);
+        self.bom_matched = None;
+        true
+    }
+
+    /// Interprets one line; returns an event when it was a dispatching blank.
+    fn line(&mut self, line: Bytes) -> Result<Option<SseEvent>, SseError> {
+        if line.is_empty() {
+            return Ok(self.dispatch());
+        }
+        self.block_open = true;
+        if line[0] == b':' {
+            return Ok(None);
+        }
+        let (name, value) = match memchr::memchr(b':', &line) {
+            Some(colon) => {
+                let skip = usize::from(line.get(colon + 1) == Some(&b' '));
+                (line.slice(..colon), line.slice(colon + 1 + skip..))
+            }
+            None => (line.clone(), Bytes::new()),
+        };
+        match name.as_ref() {
+            b"data" => self.append_data(value)?,
+            b"event" => self.event_type = Some(value),
+            b"id" => {
+                if memchr::memchr(0, &value).is_none() {
+                    self.id_buf = value;
+                }
+            }
+            b"retry" => {
+                if !value.is_empty() && value.iter().all(u8::is_ascii_digit) {
+                    // Digits only, so the sole failure is overflow: ignore it.
+                    if let Some(ms) = std::str::from_utf8(&value)
+                        .ok()
+                        .and_then(|s| s.parse::<u64>().ok())
+                    {
+                        self.retry = Some(ms);
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(None)
+    }
+
+    fn append_data(&mut self, value: Bytes) -> Result<(), SseError> {
+        let grown = match self.data {
+            DataBuf::Empty => value.len(),
+            _ => self.data.len() + 1 + value.len(),
+        };
+        if grown > self.limit {
+            return Err(SseError::EventTooLarge { limit: self.limit });
+        }
+        self.data = match std::mem::take(&mut self.data) {
+            DataBuf::Empty => DataBuf::One(value),
+            DataBuf::One(first) => {
+                let mut joined = BytesMut::with_capacity(grown);
+                joined.extend_from_slice(&first);
+                joined.extend_from_slice(b"\n");
+                joined.extend_from_slice(&value);
+                DataBuf::Many(joined)
+            }
+            DataBuf::Many(mut joined) => {
+                joined.extend_from_slice(b"\n");
+                joined.extend_from_slice(&value);
+                DataBuf::Many(joined)
+            }
+        };
+        Ok(())
+    }
+
+    fn dispatch(&mut self) -> Option<SseEvent> {
+        self.block_open = false;
+        self.last_id = self.id_buf.clone();
+        let event_type = self.event_type.take();
+        let data = match std::mem::take(&mut self.data) {
+            DataBuf::Empty => return None,
+            DataBuf::One(b) => b,
+            DataBuf::Many(m) => m.freeze(),
+        };
+        Some(SseEvent {
+            event: event_type.filter(|t| !t.is_empty()),
+            data,
+            id: (!self.last_id.is_empty()).then(|| self.last_id.clone()),
+            retry: self.retry.take(),
+        })
+    }
+}
+
+/// Parses a whole byte string at once (tests, tools).
+pub fn parse_all(input: &[u8]) -> Result<Vec<SseEvent>, SseError> {
+    let mut parser = SseParser::new();
+    parser.push(Bytes::copy_from_slice(input));
+    let mut out = Vec::new();
+    while let Some(ev) = parser.next_event()? {
+        out.push(ev);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(chunks: &[&[u8]]) -> Vec<SseEvent> {
+        let mut p = SseParser::new();
+        let mut out = Vec::new();
+        for c in chunks {
+            p.push(Bytes::copy_from_slice(c));
+            while let Some(ev) = p.next_event().unwrap() {
+                out.push(ev);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn crlf_lines_join_data_with_lf() {
+        let ev = events(&[b"data: a\r\ndata: b\r\n\r\n"]);
+        assert_eq!(ev, vec![SseEvent::data("a\nb")]);
+    }
+
+    #[test]
+    fn single_line_value_is_a_slice_of_the_chunk() {
+        let chunk = Bytes::from_static(b"data: hello\n\n");
+        let mut p = SseParser::new();
+        p.push(chunk.clone());
+        let ev = p.next_event().unwrap().unwrap();
+        let base = chunk.as_ptr() as usize;
+        let at = ev.data.as_ptr() as usize;
+        assert!(at >= base && at < base + chunk.len(), "data was copied");
+    }
+
+    #[test]
+    fn cr_at_chunk_end_then_lf_is_one_line_end() {
+        let ev = events(&[b"data: a\r", b"\ndata: b\r", b"\n\r", b"\n"]);
+        assert_eq!(ev, vec![SseEvent::data("a\nb")]);
+    }
+
+    #[test]
+    fn lone_cr_at_end_dispatches_at_once() {
+        let mut p = SseParser::new();
+        p.push(Bytes::from_static(b"data: x\r\r"));
+        assert_eq!(p.next_event().unwrap(), Some(SseEvent::data("x")));
+    }
+}

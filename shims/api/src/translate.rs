@@ -1,0 +1,58 @@
+//! The per-frame contract between a shim's stream translation and the
+//! chain-failover core.
+//!
+//! The core reads upstream SSE with the zero-copy parser and hands each event
+//! to a [`StreamTranslator`], which writes the frames to send on and says what
+//! the frame meant. The core holds the written frames back until the first
+//! [`FrameClass::Content`], so an attempt that fails before any content can
+//! still be retried or switched without the client seeing a byte of it.
+
+use bytes::BytesMut;
+
+use crate::failure::{Failure, FailureCode};
+use crate::sse::SseEvent;
+
+/// What one upstream frame means to the chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrameClass {
+    /// Not an answer: role-only deltas, usage, markers, heartbeats, metadata.
+    /// Held back (with whatever the translator wrote) until content arrives.
+    NotContent,
+    /// Answer content (text, reasoning or a tool call): commits the attempt;
+    /// from here on the chain never retries or switches.
+    Content,
+    /// An error carried inside the stream. The translator has already written
+    /// its final error frames; before content the chain discards them and
+    /// retries or switches, after content it passes them on and stops.
+    Error(Failure),
+    /// The answer is complete (the translator wrote the end frames). The chain
+    /// stops reading: the upstream may keep the connection open after it.
+    End,
+}
+
+/// Translates one upstream response, frame by frame. One value per attempt,
+/// so state never leaks from a failed attempt into the next.
+pub trait StreamTranslator: Send + 'static {
+    /// Translates one upstream event, appending whole frames to `out`.
+    fn event(&mut self, event: &SseEvent, out: &mut BytesMut) -> FrameClass;
+
+    /// The upstream closed the stream without an end frame. Appends whatever
+    /// closes the output and returns [`FrameClass::End`] when the answer is
+    /// nevertheless complete.
+    ///
+    /// The default treats the stream as cut: a transport failure, with no
+    /// frame written (the chain then calls [`fail`](Self::fail) if content
+    /// was already sent).
+    fn eof(&mut self, out: &mut BytesMut) -> FrameClass {
+        let _ = out;
+        FrameClass::Error(Failure::new(
+            FailureCode::Transport,
+            "upstream closed the stream before its end frame",
+        ))
+    }
+
+    /// Appends the final frames that report `failure` in this translator's
+    /// output wire and end the stream (called once, for failures the
+    /// translator did not see itself: resets, timeouts, shutdown).
+    fn fail(&mut self, failure: &Failure, out: &mut BytesMut);
+}

@@ -1,0 +1,1 @@
+//! The qoder protocol for shimgate (placeholder until the shim lands).

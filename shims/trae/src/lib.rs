@@ -1,0 +1,1 @@
+//! The trae protocol for shimgate (placeholder until the shim lands).
