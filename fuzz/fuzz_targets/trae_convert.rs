@@ -1,0 +1,7 @@
+//! Placeholder target (filled in by the issue that owns it).
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = data;
+});
