@@ -131,8 +131,6 @@ pub struct SseParser {
     /// The last event ID string, committed at every blank line.
     last_id: Bytes,
     retry: Option<u64>,
-    /// Whether the open block has seen any line (for diagnostics).
-    block_open: bool,
     failed: Option<SseError>,
 }
 
@@ -162,7 +160,6 @@ impl SseParser {
             id_buf: Bytes::new(),
             last_id: Bytes::new(),
             retry: None,
-            block_open: false,
             failed: None,
         }
     }
@@ -192,7 +189,13 @@ impl SseParser {
         if let Some(err) = &self.failed {
             return Err(err.clone());
         }
-        match self.drain() {
+        // The chunk is moved out while it is read so that values can be
+        // sliced from it while `self` is borrowed mutably; moving a `Bytes`
+        // costs no refcount traffic.
+        let chunk = std::mem::take(&mut self.chunk);
+        let out = self.drain(&chunk);
+        self.chunk = chunk;
+        match out {
             Ok(ev) => Ok(ev),
             Err(err) => {
                 self.failed = Some(err.clone());
@@ -212,26 +215,31 @@ impl SseParser {
 
     /// Ends the stream. Per the spec an unterminated event is discarded; it is
     /// returned here so a caller can show it.
+    ///
+    /// Call it once [`next_event`](Self::next_event) has returned `None`:
+    /// complete lines still unread are interpreted first, but any event they
+    /// dispatch is dropped, since this method can return only the tail.
     pub fn finish(&mut self) -> Option<IncompleteEvent> {
-        if self.failed.is_some() {
-            return None;
+        loop {
+            match self.next_event() {
+                Ok(Some(_)) => continue,
+                Ok(None) => break,
+                Err(_) => return None,
+            }
         }
-        // Whatever is left in the current chunk has no line end.
-        if self.pos < self.chunk.len() {
-            let rest = self.chunk.slice(self.pos..);
-            self.partial.extend_from_slice(&rest);
-            self.pos = self.chunk.len();
+        // A stream that ended inside a would-be BOM: those bytes start the
+        // (unterminated) first line.
+        if let Some(matched) = self.bom_matched.take() {
+            self.partial.extend_from_slice(&BOM[..usize::from(matched)]);
         }
+        // What is left has no line end; EOF ends it. It is not empty, so it
+        // cannot dispatch.
         if !self.partial.is_empty() {
-            let line = self.partial.split().freeze();
-            if self.line(line).is_err() {
+            let line = std::mem::take(&mut self.partial);
+            if self.line(&line, None).is_err() {
                 return None;
             }
         }
-        if !self.block_open {
-            return None;
-        }
-        self.block_open = false;
         let data = match std::mem::take(&mut self.data) {
             DataBuf::Empty => return None,
             DataBuf::One(b) => b,
@@ -239,7 +247,7 @@ impl SseParser {
         };
         Some(IncompleteEvent {
             event: SseEvent {
-                event: self.event_type.take(),
+                event: self.event_type.take().filter(|t| !t.is_empty()),
                 data,
                 id: (!self.id_buf.is_empty()).then(|| self.id_buf.clone()),
                 retry: self.retry.take(),
@@ -247,112 +255,120 @@ impl SseParser {
         })
     }
 
-    fn drain(&mut self) -> Result<Option<SseEvent>, SseError> {
-        while self.pos < self.chunk.len() {
-            if self.bom_matched.is_some() && !self.strip_bom() {
+    /// Reads lines from `chunk` (the current chunk, moved out of `self`)
+    /// until one dispatches an event or the chunk is used up.
+    fn drain(&mut self, chunk: &Bytes) -> Result<Option<SseEvent>, SseError> {
+        let bytes = &chunk[..];
+        while self.pos < bytes.len() {
+            if self.bom_matched.is_some() && !self.strip_bom(bytes[self.pos]) {
                 continue;
             }
             if self.skip_lf {
                 self.skip_lf = false;
-                if self.chunk[self.pos] == b'\n' {
+                if bytes[self.pos] == b'\n' {
                     self.pos += 1;
                     continue;
                 }
             }
-            let rest = &self.chunk[self.pos..];
-            let Some(at) = memchr::memchr2(b'\n', b'\r', rest) else {
+            let start = self.pos;
+            let Some(len) = memchr::memchr2(b'\n', b'\r', &bytes[start..]) else {
+                // No line end in this chunk: keep the tail for the next one.
+                let rest = &bytes[start..];
                 if self.partial.len() + rest.len() > self.limit {
                     return Err(SseError::LineTooLong { limit: self.limit });
                 }
                 self.partial.extend_from_slice(rest);
-                self.pos = self.chunk.len();
+                self.pos = bytes.len();
                 return Ok(None);
             };
-            let start = self.pos;
-            let end = start + at;
+            let end = start + len;
             self.pos = end + 1;
-            if self.chunk[end] == b'\r' {
-                if self.pos == self.chunk.len() {
-                    self.skip_lf = true;
-                } else if self.chunk[self.pos] == b'\n' {
-                    self.pos += 1;
+            if bytes[end] == b'\r' {
+                // CR ends the line at once (a lone CR is a line end); an LF
+                // right after it belongs to it, even in the next chunk.
+                match bytes.get(self.pos) {
+                    Some(b'\n') => self.pos += 1,
+                    Some(_) => {}
+                    None => self.skip_lf = true,
                 }
             }
-            let line = if self.partial.is_empty() {
-                if end - start > self.limit {
+            let ev = if self.partial.is_empty() {
+                if len > self.limit {
                     return Err(SseError::LineTooLong { limit: self.limit });
                 }
-                self.chunk.slice(start..end)
+                self.line(&bytes[start..end], Some((chunk, start)))?
             } else {
-                if self.partial.len() + (end - start) > self.limit {
+                if self.partial.len() + len > self.limit {
                     return Err(SseError::LineTooLong { limit: self.limit });
                 }
-                self.partial.extend_from_slice(&self.chunk[start..end]);
-                self.partial.split().freeze()
+                // The line straddles chunks: join it in `partial`, which is
+                // moved out while read and then reused, keeping its capacity.
+                let mut line = std::mem::take(&mut self.partial);
+                line.extend_from_slice(&bytes[start..end]);
+                let ev = self.line(&line, None);
+                line.clear();
+                self.partial = line;
+                ev?
             };
-            if let Some(ev) = self.line(line)? {
-                return Ok(Some(ev));
+            if ev.is_some() {
+                return Ok(ev);
             }
         }
         Ok(None)
     }
 
-    /// Consumes BOM bytes at the very start of the stream. Returns whether
-    /// the caller may go on parsing at `pos` (false: call again).
-    fn strip_bom(&mut self) -> bool {
+    /// Consumes one byte of a possible BOM at the very start of the stream.
+    /// Returns whether the caller may go on parsing at `pos` (false: the byte
+    /// was part of the BOM and consumed).
+    fn strip_bom(&mut self, byte: u8) -> bool {
         let Some(matched) = self.bom_matched else {
             return true;
         };
-        let byte = self.chunk[self.pos];
-        if byte == BOM[matched as usize] {
+        if byte == BOM[usize::from(matched)] {
             self.pos += 1;
-            if matched == 2 {
-                self.bom_matched = None;
-            } else {
-                self.bom_matched = Some(matched + 1);
-            }
+            self.bom_matched = (matched < 2).then_some(matched + 1);
             return false;
         }
         // Not a BOM: the bytes matched so far start the first line.
-        self.partial
-            .extend_from_slice(&BOM[..matched as usize]);
+        self.partial.extend_from_slice(&BOM[..usize::from(matched)]);
         self.bom_matched = None;
         true
     }
 
-    /// Interprets one line; returns an event when it was a dispatching blank.
-    fn line(&mut self, line: Bytes) -> Result<Option<SseEvent>, SseError> {
-        if line.is_empty() {
-            return Ok(self.dispatch());
-        }
-        self.block_open = true;
-        if line[0] == b':' {
-            return Ok(None);
-        }
-        let (name, value) = match memchr::memchr(b':', &line) {
+    /// Interprets one line (without its line end); returns an event when it
+    /// was a dispatching blank line.
+    ///
+    /// `src` is the chunk the line lies in and its offset there, so that a
+    /// value can be handed out as a slice of it; `None` for a line that was
+    /// joined from several chunks, whose value is copied.
+    fn line(
+        &mut self,
+        line: &[u8],
+        src: Option<(&Bytes, usize)>,
+    ) -> Result<Option<SseEvent>, SseError> {
+        let (name, value_at) = match memchr::memchr(b':', line) {
+            // A blank line dispatches; a leading colon is a comment.
+            None if line.is_empty() => return Ok(self.dispatch()),
+            Some(0) => return Ok(None),
             Some(colon) => {
                 let skip = usize::from(line.get(colon + 1) == Some(&b' '));
-                (line.slice(..colon), line.slice(colon + 1 + skip..))
+                (&line[..colon], colon + 1 + skip)
             }
-            None => (line.clone(), Bytes::new()),
+            None => (line, line.len()),
         };
-        match name.as_ref() {
-            b"data" => self.append_data(value)?,
-            b"event" => self.event_type = Some(value),
-            b"id" => {
-                if memchr::memchr(0, &value).is_none() {
-                    self.id_buf = value;
-                }
-            }
+        let value = &line[value_at..];
+        let owned = || match src {
+            Some((chunk, offset)) => chunk.slice(offset + value_at..offset + line.len()),
+            None => Bytes::copy_from_slice(value),
+        };
+        match name {
+            b"data" => self.append_data(value, owned)?,
+            b"event" => self.event_type = Some(owned()),
+            // An id containing NUL is ignored whole.
+            b"id" if memchr::memchr(0, value).is_none() => self.id_buf = owned(),
             b"retry" => {
-                if !value.is_empty() && value.iter().all(u8::is_ascii_digit) {
-                    // Digits only, so the sole failure is overflow: ignore it.
-                    if let Some(ms) = std::str::from_utf8(&value)
-                        .ok()
-                        .and_then(|s| s.parse::<u64>().ok())
-                    {
-                        self.retry = Some(ms);
-                    }
+                if let Some(ms) = parse_retry(value) {
+                    self.retry = Some(ms);
                 }
             }
             _ => {}
@@ -360,7 +376,9 @@ impl SseParser {
         Ok(None)
     }
 
-    fn append_data(&mut self, value: Bytes) -> Result<(), SseError> {
+    /// Adds one `data` line. The first line is kept as handed over (a slice
+    /// of the chunk); a second one joins them into an owned buffer.
+    fn append_data(&mut self, value: &[u8], owned: impl FnOnce() -> Bytes) -> Result<(), SseError> {
         let grown = match self.data {
             DataBuf::Empty => value.len(),
             _ => self.data.len() + 1 + value.len(),
@@ -369,17 +387,17 @@ impl SseParser {
             return Err(SseError::EventTooLarge { limit: self.limit });
         }
         self.data = match std::mem::take(&mut self.data) {
-            DataBuf::Empty => DataBuf::One(value),
+            DataBuf::Empty => DataBuf::One(owned()),
             DataBuf::One(first) => {
                 let mut joined = BytesMut::with_capacity(grown);
                 joined.extend_from_slice(&first);
                 joined.extend_from_slice(b"\n");
-                joined.extend_from_slice(&value);
+                joined.extend_from_slice(value);
                 DataBuf::Many(joined)
             }
             DataBuf::Many(mut joined) => {
                 joined.extend_from_slice(b"\n");
-                joined.extend_from_slice(&value);
+                joined.extend_from_slice(value);
                 DataBuf::Many(joined)
             }
         };
@@ -387,8 +405,10 @@ impl SseParser {
     }
 
     fn dispatch(&mut self) -> Option<SseEvent> {
-        self.block_open = false;
-        self.last_id = self.id_buf.clone();
+        // The id is committed even when no event follows (the spec's step 1).
+        if self.last_id != self.id_buf {
+            self.last_id = self.id_buf.clone();
+        }
         let event_type = self.event_type.take();
         let data = match std::mem::take(&mut self.data) {
             DataBuf::Empty => return None,
@@ -402,6 +422,20 @@ impl SseParser {
             retry: self.retry.take(),
         })
     }
+}
+
+/// The spec's `retry` rule: one or more ASCII digits, nothing else. A value
+/// too large for `u64` is ignored too (the spec leaves overflow open).
+fn parse_retry(value: &[u8]) -> Option<u64> {
+    if value.is_empty() {
+        return None;
+    }
+    value.iter().try_fold(0u64, |ms, &b| {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        ms.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+    })
 }
 
 /// Parses a whole byte string at once (tests, tools).
