@@ -1,5 +1,16 @@
 //! shimgate: a loopback gateway that lets a context-compression proxy work
 //! for providers whose wire it cannot read.
 
+pub mod app;
+pub mod body;
+pub mod chain;
 pub mod cli;
+pub mod clock;
+pub mod config;
 pub mod frames;
+pub mod headers;
+pub mod router;
+pub mod serve;
+pub mod server;
+pub mod status;
+pub mod upstream;

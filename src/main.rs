@@ -1,17 +1,18 @@
-//! The `shimgate` binary: parse the CLI, then hand over to the library.
+//! The `shimgate` binary: parse the CLI, set up logging, hand over to the
+//! library.
 
 use std::process::ExitCode;
 
 use clap::Parser;
 use shimgate::cli::{Cli, Command};
+use shimgate::serve;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    serve::init_tracing(cli.log_format);
     match cli.command {
+        Command::Serve { config } => serve::serve(config.as_deref()),
+        Command::CheckConfig { file } => serve::check_config(&file),
         Command::Frames { include_incomplete } => shimgate::frames::run_stdio(include_incomplete),
-        Command::Serve { .. } | Command::CheckConfig { .. } => {
-            eprintln!("shimgate: not built yet");
-            ExitCode::from(1)
-        }
     }
 }

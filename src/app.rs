@@ -1,0 +1,240 @@
+//! The state every listener shares: the live config (swapped whole on
+//! reload), the upstream client, the chain's memory, and per-shim status.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Instant, SystemTime};
+
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::chain::state::ChainState;
+use crate::chain::ChainCtx;
+use crate::clock::{epoch_ms, iso8601};
+use crate::config::{Config, ConfigError, SHIM_NAMES};
+use crate::upstream::{self, HttpClient};
+
+/// A config together with the client built for its timeouts; replaced whole
+/// on reload so a request sees one consistent snapshot.
+pub struct Live {
+    pub config: Arc<Config>,
+    pub client: HttpClient,
+}
+
+/// Status a listener and its shim keep for `/status`.
+#[derive(Debug, Default)]
+pub struct ShimStats {
+    inner: Mutex<ShimText>,
+    counters: BTreeMap<&'static str, AtomicU64>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct ShimText {
+    listening: Option<String>,
+    start_error: Option<String>,
+    last_error: Option<String>,
+    last_error_at: Option<SystemTime>,
+    last_at: Option<SystemTime>,
+}
+
+/// The counters every shim keeps (DESIGN §4), in `/status` spelling.
+pub const SHIM_COUNTERS: [&str; 6] = [
+    "intercepted",
+    "forwarded",
+    "compacted",
+    "folded",
+    "fallback",
+    "sideRequests",
+];
+
+impl ShimStats {
+    fn new() -> Self {
+        ShimStats {
+            inner: Mutex::default(),
+            counters: SHIM_COUNTERS
+                .iter()
+                .map(|k| (*k, AtomicU64::new(0)))
+                .collect(),
+        }
+    }
+
+    fn text(&self) -> std::sync::MutexGuard<'_, ShimText> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds one to a counter of [`SHIM_COUNTERS`].
+    pub fn bump(&self, counter: &str) {
+        if let Some(c) = self.counters.get(counter) {
+            c.fetch_add(1, AtomicOrdering::Relaxed);
+        }
+    }
+
+    /// A counter's value.
+    pub fn get(&self, counter: &str) -> u64 {
+        self.counters
+            .get(counter)
+            .map_or(0, |c| c.load(AtomicOrdering::Relaxed))
+    }
+
+    /// Notes that the shim handled something just now.
+    pub fn touch(&self) {
+        self.text().last_at = Some(SystemTime::now());
+    }
+
+    /// Records the latest error (a reason, never a credential).
+    pub fn error(&self, message: impl Into<String>) {
+        let mut t = self.text();
+        t.last_error = Some(message.into());
+        t.last_error_at = Some(SystemTime::now());
+    }
+
+    /// The listener is up on `addr`.
+    pub fn listening(&self, addr: std::net::SocketAddr) {
+        let mut t = self.text();
+        t.listening = Some(addr.to_string());
+        t.start_error = None;
+    }
+
+    /// The listener could not start.
+    pub fn start_failed(&self, message: impl Into<String>) {
+        let mut t = self.text();
+        t.listening = None;
+        t.start_error = Some(message.into());
+    }
+
+    /// The common `/status` fields of a shim.
+    pub fn base_json(&self, enabled: bool, listen: &str) -> serde_json::Map<String, Value> {
+        let t = self.text().clone();
+        let mut m = serde_json::Map::new();
+        m.insert("enabled".into(), json!(enabled));
+        m.insert("listen".into(), json!(listen));
+        m.insert("listening".into(), json!(t.listening.is_some()));
+        m.insert("boundAddress".into(), json!(t.listening));
+        m.insert("startError".into(), json!(t.start_error));
+        for k in SHIM_COUNTERS {
+            m.insert(k.into(), json!(self.get(k)));
+        }
+        m.insert("lastError".into(), json!(t.last_error));
+        m.insert("lastErrorAt".into(), json!(t.last_error_at.map(iso8601)));
+        m.insert("lastAt".into(), json!(t.last_at.map(epoch_ms)));
+        m
+    }
+}
+
+/// Reload bookkeeping for `/status.config`.
+#[derive(Debug, Default, Clone)]
+struct ReloadState {
+    reloads: u64,
+    last_reload_at: Option<SystemTime>,
+    last_reload_error: Option<String>,
+}
+
+/// Everything the listeners share.
+pub struct App {
+    live: RwLock<Arc<Live>>,
+    pub chain: Arc<ChainState>,
+    pub hard_stop: CancellationToken,
+    pub started: Instant,
+    shims: BTreeMap<&'static str, Arc<ShimStats>>,
+    reload: Mutex<ReloadState>,
+}
+
+impl App {
+    /// State for a validated config.
+    pub fn new(config: Config) -> Arc<App> {
+        let client = upstream::client(config.timeouts.connect);
+        Arc::new(App {
+            live: RwLock::new(Arc::new(Live {
+                config: Arc::new(config),
+                client,
+            })),
+            chain: Arc::new(ChainState::new()),
+            hard_stop: CancellationToken::new(),
+            started: Instant::now(),
+            shims: SHIM_NAMES
+                .iter()
+                .map(|n| (*n, Arc::new(ShimStats::new())))
+                .collect(),
+            reload: Mutex::default(),
+        })
+    }
+
+    /// The live snapshot.
+    pub fn live(&self) -> Arc<Live> {
+        self.live.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The live config.
+    pub fn config(&self) -> Arc<Config> {
+        self.live().config.clone()
+    }
+
+    /// What a chain call needs.
+    pub fn chain_ctx(&self) -> ChainCtx {
+        ChainCtx {
+            client: self.live().client.clone(),
+            state: self.chain.clone(),
+            hard_stop: self.hard_stop.clone(),
+        }
+    }
+
+    /// A shim's status (the names are fixed: `qoder`, `trae`).
+    pub fn shim_stats(&self, shim: &str) -> Arc<ShimStats> {
+        self.shims
+            .get(shim)
+            .cloned()
+            .unwrap_or_else(|| Arc::new(ShimStats::new()))
+    }
+
+    /// Re-reads the config file. Routes, retry, ordering and timeouts apply
+    /// to the next request; listeners and streams in flight are untouched.
+    /// A bad file is rejected and the old config stays.
+    pub fn reload(&self) -> Result<Arc<Config>, ConfigError> {
+        let current = self.config();
+        let result = match &current.source {
+            Some(path) => Config::load(path),
+            None => Err(ConfigError {
+                path: String::new(),
+                message: "shimgate runs on built-in defaults: there is no config file to re-read"
+                    .into(),
+            }),
+        };
+        let mut state = self.reload.lock().unwrap_or_else(|p| p.into_inner());
+        state.last_reload_at = Some(SystemTime::now());
+        match result {
+            Ok(new) => {
+                let client = upstream::client(new.timeouts.connect);
+                let new = Arc::new(new);
+                *self.live.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Live {
+                    config: new.clone(),
+                    client,
+                });
+                state.reloads += 1;
+                state.last_reload_error = None;
+                Ok(new)
+            }
+            Err(e) => {
+                state.last_reload_error = Some(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    /// The `/status.config` section.
+    pub fn config_status(&self) -> Value {
+        let config = self.config();
+        let r = self
+            .reload
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        json!({
+            "path": config.source.as_ref().map(|p| p.display().to_string()),
+            "compressor": config.compressor,
+            "reloads": r.reloads,
+            "lastReloadAt": r.last_reload_at.map(iso8601),
+            "lastReloadError": r.last_reload_error,
+        })
+    }
+}

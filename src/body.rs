@@ -1,0 +1,98 @@
+//! Response bodies: one boxed type for everything a listener sends, a
+//! channel-fed streaming body, and small JSON helpers.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+use http_body::Frame;
+use http_body_util::{BodyExt, Full};
+use tokio::sync::mpsc;
+
+/// Error type of every body we produce.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The body type of every response a listener sends.
+pub type Body = http_body_util::combinators::BoxBody<Bytes, BoxError>;
+
+/// Frames in flight between a streaming task and the client connection.
+///
+/// Small on purpose: a slow client fills it and the task stops reading the
+/// upstream, so back-pressure reaches the upstream socket instead of our
+/// memory (at most this many frames, each one upstream read, are buffered).
+pub const BODY_CHANNEL_FRAMES: usize = 8;
+
+/// A body fed by a task through a bounded channel. An `Err` item aborts the
+/// connection (the client sees a cut body rather than a clean end).
+pub struct ChannelBody {
+    rx: mpsc::Receiver<Result<Bytes, BoxError>>,
+}
+
+impl ChannelBody {
+    /// A body and the sender that feeds it.
+    pub fn channel() -> (mpsc::Sender<Result<Bytes, BoxError>>, ChannelBody) {
+        let (tx, rx) = mpsc::channel(BODY_CHANNEL_FRAMES);
+        (tx, ChannelBody { rx })
+    }
+
+    /// Wraps an existing receiver.
+    pub fn new(rx: mpsc::Receiver<Result<Bytes, BoxError>>) -> Self {
+        ChannelBody { rx }
+    }
+
+    /// Receives the next chunk (for callers that consume the body themselves).
+    pub async fn recv(&mut self) -> Option<Result<Bytes, BoxError>> {
+        self.rx.recv().await
+    }
+}
+
+impl http_body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(Ok(bytes))) => Poll::Ready(Some(Ok(Frame::data(bytes)))),
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// A whole body.
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+/// A streaming body from a channel.
+pub fn streaming(body: ChannelBody) -> Body {
+    body.boxed()
+}
+
+/// A JSON response.
+pub fn json_response(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
+    let bytes = serde_json::to_vec(value).unwrap_or_default();
+    let mut resp = Response::new(full(bytes));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// An OpenAI-shaped error response (`{"error":{code,message,type}}`), which
+/// SDKs and proxies parse.
+pub fn error_response(status: StatusCode, code: &str, message: &str) -> Response<Body> {
+    json_response(
+        status,
+        &serde_json::json!({"error": {"code": code, "message": message, "type": "shimgate_error"}}),
+    )
+}

@@ -1,0 +1,446 @@
+//! One attempt on one route: send, read the head, and either fail (so the
+//! chain can retry or switch) or commit at the first content frame and
+//! stream the rest.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderValue};
+use http::{HeaderMap, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use shimgate_shim_api::failure::classify_http;
+use shimgate_shim_api::sse::SseParser;
+use shimgate_shim_api::{Failure, FailureCode, FrameClass, StreamTranslator};
+
+use super::{policy, BodyTx, CallSpec, ChainCtx};
+use crate::config::Route;
+use crate::headers;
+
+/// Frames held back before the first content frame, at most. Role deltas,
+/// heartbeats and metadata are tiny; past 1 MiB without content the answer
+/// is committed anyway rather than buffered further.
+pub const HOLD_LIMIT: usize = 1024 * 1024;
+
+/// An error body is read up to this size to classify it and pass it on.
+const ERROR_BODY_LIMIT: usize = 1024 * 1024;
+
+/// An upstream error answer kept whole so it can be passed on verbatim.
+pub struct Verbatim {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// The outcome of an attempt before anything reached the client.
+pub enum PreCommit {
+    /// The answer is committed; stream it with [`stream`].
+    Committed(Committed),
+    /// The attempt failed; nothing was sent.
+    Failed {
+        failure: Failure,
+        /// The whole upstream error answer, when it was an HTTP error.
+        verbatim: Option<Verbatim>,
+        /// The translated frames so far, when it was an in-band error.
+        held: Option<BytesMut>,
+    },
+    /// The client went away.
+    Aborted,
+}
+
+/// A committed answer, ready to stream.
+pub struct Committed {
+    status: StatusCode,
+    headers: HeaderMap,
+    mode: Mode,
+}
+
+enum Mode {
+    Sse {
+        held: BytesMut,
+        parser: SseParser,
+        translator: Box<dyn StreamTranslator>,
+        body: Incoming,
+    },
+    Raw {
+        body: Incoming,
+    },
+}
+
+impl Committed {
+    /// The response head for the client.
+    pub fn head(&self, route: &str) -> (StatusCode, HeaderMap) {
+        let mut h = self.headers.clone();
+        if let Ok(v) = HeaderValue::from_str(route) {
+            h.insert("x-shimgate-route", v);
+        }
+        (self.status, h)
+    }
+}
+
+/// Headers of a translated SSE answer.
+pub fn sse_headers(route: &str) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if let Ok(v) = HeaderValue::from_str(route) {
+        h.insert("x-shimgate-route", v);
+    }
+    h
+}
+
+fn failed(failure: Failure) -> PreCommit {
+    PreCommit::Failed {
+        failure,
+        verbatim: None,
+        held: None,
+    }
+}
+
+/// Sends the request and reads until the answer commits or fails.
+pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCommit {
+    let mut req = match spec.outbound.request(route).await {
+        Ok(r) => r,
+        Err(f) => return failed(f),
+    };
+    for (name, value) in &route.headers {
+        req.headers_mut().insert(name.clone(), value.clone());
+    }
+    if spec.translator.is_some() {
+        // The SSE is parsed here, so it must arrive uncompressed.
+        req.headers_mut().insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+    }
+    let timeouts = &spec.timeouts;
+    let resp = match tokio::time::timeout(timeouts.first_byte, ctx.client.request(req)).await {
+        Err(_) => {
+            return failed(Failure::new(
+                FailureCode::Timeout,
+                format!(
+                    "no response head within {} ms",
+                    timeouts.first_byte.as_millis()
+                ),
+            ))
+        }
+        Ok(Err(e)) => return failed(client_failure(&e)),
+        Ok(Ok(r)) => r,
+    };
+    let (parts, body) = resp.into_parts();
+    if !parts.status.is_success() {
+        let bytes = read_bounded(body, ERROR_BODY_LIMIT, timeouts.idle).await;
+        let text = String::from_utf8_lossy(&bytes);
+        let code = classify_http(parts.status.as_u16(), &text);
+        let mut failure = Failure::new(code, summary(&text)).with_status(parts.status.as_u16());
+        failure.retry_after = if code == FailureCode::Quota {
+            policy::stated_reset(&parts.headers)
+        } else {
+            policy::retry_after(&parts.headers)
+        };
+        let mut headers = parts.headers;
+        headers::strip_hop_by_hop(&mut headers);
+        return PreCommit::Failed {
+            failure,
+            verbatim: Some(Verbatim {
+                status: parts.status,
+                headers,
+                body: bytes,
+            }),
+            held: None,
+        };
+    }
+    let is_sse = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.trim_start().starts_with("text/event-stream"));
+    let factory = match &spec.translator {
+        Some(f) if is_sse => f,
+        _ => {
+            let mut headers = parts.headers;
+            headers::strip_hop_by_hop(&mut headers);
+            return PreCommit::Committed(Committed {
+                status: parts.status,
+                headers,
+                mode: Mode::Raw { body },
+            });
+        }
+    };
+    let mut translator = factory();
+    let mut parser = SseParser::new();
+    let mut held = BytesMut::new();
+    let mut body = body;
+    loop {
+        let frame = match tokio::time::timeout(timeouts.idle, body.frame()).await {
+            Err(_) => {
+                return failed(Failure::new(
+                    FailureCode::Timeout,
+                    format!(
+                        "no data for {} ms before any content",
+                        timeouts.idle.as_millis()
+                    ),
+                ))
+            }
+            Ok(None) => {
+                return failed(Failure::new(
+                    FailureCode::EmptyResponse,
+                    "the upstream closed the stream with no content",
+                ))
+            }
+            Ok(Some(Err(e))) => {
+                return failed(Failure::new(
+                    FailureCode::Transport,
+                    format!(
+                        "upstream body broke before any content: {}",
+                        error_chain(&e)
+                    ),
+                ))
+            }
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        parser.push(data);
+        loop {
+            let event = match parser.next_event() {
+                Ok(Some(ev)) => ev,
+                Ok(None) => break,
+                Err(e) => {
+                    return failed(Failure::new(
+                        FailureCode::Server,
+                        format!("upstream stream: {e}"),
+                    ))
+                }
+            };
+            match translator.event(&event, &mut held) {
+                FrameClass::NotContent => {}
+                FrameClass::Content => {
+                    return PreCommit::Committed(Committed {
+                        status: StatusCode::OK,
+                        headers: sse_headers(""),
+                        mode: Mode::Sse {
+                            held,
+                            parser,
+                            translator,
+                            body,
+                        },
+                    })
+                }
+                FrameClass::Error(failure) => {
+                    return PreCommit::Failed {
+                        failure,
+                        verbatim: None,
+                        held: Some(held),
+                    }
+                }
+                FrameClass::End => {
+                    return failed(Failure::new(
+                        FailureCode::EmptyResponse,
+                        "the answer ended with no content",
+                    ))
+                }
+            }
+        }
+        if held.len() > HOLD_LIMIT {
+            // Nothing but non-content so far, yet too much to hold: commit.
+            return PreCommit::Committed(Committed {
+                status: StatusCode::OK,
+                headers: sse_headers(""),
+                mode: Mode::Sse {
+                    held,
+                    parser,
+                    translator,
+                    body,
+                },
+            });
+        }
+    }
+}
+
+/// Streams a committed answer to the client. `Err` carries the failure that
+/// ended it (already reported to the client in-band, or `ABORTED`).
+pub async fn stream(
+    ctx: &ChainCtx,
+    spec: &CallSpec,
+    committed: Committed,
+    tx: &BodyTx,
+) -> Result<(), Failure> {
+    let idle = spec.timeouts.idle;
+    match committed.mode {
+        Mode::Raw { mut body } => loop {
+            let next = tokio::select! {
+                biased;
+                _ = tx.closed() => return Err(aborted()),
+                _ = ctx.hard_stop.cancelled() => {
+                    let _ = tx.send(Err("shimgate is shutting down".into())).await;
+                    return Err(Failure::new(FailureCode::Server, "shimgate shut down mid-stream"));
+                }
+                next = tokio::time::timeout(idle, body.frame()) => next,
+            };
+            match next {
+                Err(_) => {
+                    let _ = tx.send(Err("upstream went idle".into())).await;
+                    return Err(Failure::new(
+                        FailureCode::Timeout,
+                        "upstream went idle mid-body",
+                    ));
+                }
+                Ok(None) => return Ok(()),
+                Ok(Some(Err(e))) => {
+                    let f = Failure::new(FailureCode::Transport, error_chain(&e));
+                    let _ = tx.send(Err(Box::new(e))).await;
+                    return Err(f);
+                }
+                Ok(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        if tx.send(Ok(data)).await.is_err() {
+                            return Err(aborted());
+                        }
+                    }
+                }
+            }
+        },
+        Mode::Sse {
+            held,
+            mut parser,
+            mut translator,
+            mut body,
+        } => {
+            let mut out = held;
+            loop {
+                let mut end = None;
+                loop {
+                    match parser.next_event() {
+                        Ok(Some(ev)) => match translator.event(&ev, &mut out) {
+                            FrameClass::End => {
+                                end = Some(Ok(()));
+                                break;
+                            }
+                            FrameClass::Error(f) => {
+                                end = Some(Err(f));
+                                break;
+                            }
+                            FrameClass::Content | FrameClass::NotContent => {}
+                        },
+                        Ok(None) => break,
+                        Err(e) => {
+                            let f =
+                                Failure::new(FailureCode::Server, format!("upstream stream: {e}"));
+                            translator.fail(&f, &mut out);
+                            end = Some(Err(f));
+                            break;
+                        }
+                    }
+                }
+                // All frames of one upstream read go out as one write.
+                if !out.is_empty() && tx.send(Ok(out.split().freeze())).await.is_err() {
+                    return Err(aborted());
+                }
+                if let Some(end) = end {
+                    return end;
+                }
+                let next = tokio::select! {
+                    biased;
+                    _ = tx.closed() => return Err(aborted()),
+                    _ = ctx.hard_stop.cancelled() => Err(Failure::new(FailureCode::Server, "shimgate shut down before the stream ended")),
+                    next = tokio::time::timeout(idle, body.frame()) => match next {
+                        Err(_) => Err(Failure::new(FailureCode::Timeout, format!("upstream sent nothing for {} ms", idle.as_millis()))),
+                        Ok(None) => Ok(None),
+                        Ok(Some(Err(e))) => Err(Failure::new(FailureCode::Transport, format!("upstream broke mid-stream: {}", error_chain(&e)))),
+                        Ok(Some(Ok(frame))) => Ok(Some(frame)),
+                    },
+                };
+                match next {
+                    Ok(Some(frame)) => {
+                        if let Ok(data) = frame.into_data() {
+                            parser.push(data);
+                        }
+                    }
+                    Ok(None) => {
+                        let result = match translator.eof(&mut out) {
+                            FrameClass::End => Ok(()),
+                            FrameClass::Error(f) => {
+                                translator.fail(&f, &mut out);
+                                Err(f)
+                            }
+                            FrameClass::Content | FrameClass::NotContent => {
+                                let f = Failure::new(
+                                    FailureCode::Transport,
+                                    "upstream closed before its end frame",
+                                );
+                                translator.fail(&f, &mut out);
+                                Err(f)
+                            }
+                        };
+                        if !out.is_empty() && tx.send(Ok(out.split().freeze())).await.is_err() {
+                            return Err(aborted());
+                        }
+                        return result;
+                    }
+                    Err(f) => {
+                        translator.fail(&f, &mut out);
+                        let _ = tx.send(Ok(out.split().freeze())).await;
+                        return Err(f);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn aborted() -> Failure {
+    Failure::new(FailureCode::Aborted, "the client went away")
+}
+
+/// Reads at most `limit` bytes of a body (what arrives within the idle timeout).
+async fn read_bounded(mut body: Incoming, limit: usize, idle: Duration) -> Bytes {
+    let mut buf = BytesMut::new();
+    while buf.len() < limit {
+        match tokio::time::timeout(idle, body.frame()).await {
+            Ok(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    let room = limit - buf.len();
+                    buf.extend_from_slice(&data[..data.len().min(room)]);
+                }
+            }
+            _ => break,
+        }
+    }
+    buf.freeze()
+}
+
+/// A short reason from an error body: whitespace collapsed, at most 300 chars.
+fn summary(text: &str) -> String {
+    let collapsed: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut out: String = collapsed.chars().take(300).collect();
+    if collapsed.chars().count() > 300 {
+        out.push('…');
+    }
+    out
+}
+
+fn client_failure(e: &hyper_util::client::legacy::Error) -> Failure {
+    let text = error_chain(e);
+    let code = if text.contains("timed out") || text.contains("timeout") {
+        FailureCode::Timeout
+    } else {
+        FailureCode::Transport
+    };
+    Failure::new(code, text)
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

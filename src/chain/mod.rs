@@ -1,0 +1,657 @@
+//! The chain-failover core: every upstream send of every shim, pass-through
+//! requests included, goes through [`call`].
+//!
+//! Rules (DESIGN §5): retry in place only for the configured transient codes,
+//! with capped exponential backoff and the upstream's Retry-After when it is
+//! within the cap; switch route otherwise; never switch on ABORTED or
+//! CONTEXT_WINDOW_EXCEEDED; hold every frame back until the first content
+//! frame, after which failures are passed on and the stream ends with an
+//! error frame; quota failures cool the route; a route at its concurrency cap
+//! is skipped; housekeeping calls get one try on the first route.
+//!
+//! The work runs in its own task so that the client going away (the response
+//! future or body being dropped) is seen at once and cancels backoff and the
+//! upstream call.
+
+mod attempt;
+pub mod policy;
+pub mod state;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::Full;
+use serde_json::json;
+use shimgate_shim_api::{Failure, FailureCode, StreamTranslator};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::body::{self, Body, BoxError, ChannelBody};
+use crate::config::{Ordering, RetryPolicy, Route, Timeouts};
+use crate::upstream::HttpClient;
+use policy::RetryDecision;
+use state::{AttemptEntry, CallRecord, ChainState, Outcome, RouteReport};
+
+/// Builds the upstream request of one attempt on one route. Called again for
+/// every attempt, so a codec can sign each retry afresh.
+pub trait Outbound: Send + Sync + 'static {
+    /// The request for `route` (full URL, headers, body).
+    fn request<'a>(
+        &'a self,
+        route: &'a Route,
+    ) -> Pin<Box<dyn Future<Output = Result<Request<Full<Bytes>>, Failure>> + Send + 'a>>;
+}
+
+/// Makes a fresh translator for each attempt.
+pub type TranslatorFactory = Arc<dyn Fn() -> Box<dyn StreamTranslator> + Send + Sync>;
+
+/// One call through the chain.
+pub struct CallSpec {
+    /// Which shim's routes (also the ring-log label).
+    pub shim: &'static str,
+    /// What kind of call: `passthrough`, `return`, `fallback`.
+    pub kind: &'static str,
+    /// The routes as configured when the call started.
+    pub routes: Vec<Route>,
+    pub retry: RetryPolicy,
+    pub ordering: Ordering,
+    pub timeouts: Timeouts,
+    pub outbound: Arc<dyn Outbound>,
+    /// `None`: bytes pass unchanged and the attempt commits on a 2xx head.
+    /// `Some`: an SSE answer is read frame by frame and held until content.
+    pub translator: Option<TranslatorFactory>,
+    /// Housekeeping calls (compaction, session titles): first route, one try.
+    pub housekeeping: bool,
+}
+
+/// The pieces of the runtime a call needs.
+#[derive(Clone)]
+pub struct ChainCtx {
+    pub client: HttpClient,
+    pub state: Arc<ChainState>,
+    /// Cancelled when the shutdown grace period is over: streams still
+    /// running end with a final error frame.
+    pub hard_stop: CancellationToken,
+}
+
+/// What a call produced.
+pub enum ChainResponse {
+    /// Committed: the answer streams from `body`.
+    Stream {
+        status: StatusCode,
+        headers: HeaderMap,
+        body: ChannelBody,
+        route: String,
+    },
+    /// An upstream answer passed on whole (an error that ends the call
+    /// without switching, e.g. a context-window 400).
+    Verbatim {
+        status: StatusCode,
+        headers: HeaderMap,
+        body: Bytes,
+    },
+    /// Nothing was sent: the call failed.
+    Failed(ChainError),
+}
+
+impl ChainResponse {
+    /// The HTTP response to hand the client as is.
+    pub fn into_response(self) -> Response<Body> {
+        match self {
+            ChainResponse::Stream {
+                status,
+                headers,
+                body,
+                ..
+            } => {
+                let mut resp = Response::new(body::streaming(body));
+                *resp.status_mut() = status;
+                *resp.headers_mut() = headers;
+                resp
+            }
+            ChainResponse::Verbatim {
+                status,
+                headers,
+                body,
+            } => {
+                let mut resp = Response::new(body::full(body));
+                *resp.status_mut() = status;
+                *resp.headers_mut() = headers;
+                resp
+            }
+            ChainResponse::Failed(e) => e.into_response(),
+        }
+    }
+}
+
+/// Why a call produced no answer.
+#[derive(Debug, Clone)]
+pub enum ChainError {
+    /// The shim has no routes configured.
+    NoRoutes { shim: &'static str },
+    /// Every route failed.
+    Exhausted { reports: Vec<RouteReport> },
+    /// shimgate is shutting down.
+    ShuttingDown,
+    /// The client went away (nobody will read this).
+    Aborted,
+}
+
+impl ChainError {
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ChainError::NoRoutes { .. } => "NO_ROUTES",
+            ChainError::Exhausted { .. } => FailureCode::AutoRoutesExhausted.as_str(),
+            ChainError::ShuttingDown => "SHUTTING_DOWN",
+            ChainError::Aborted => FailureCode::Aborted.as_str(),
+        }
+    }
+
+    /// One line for logs and `lastError`.
+    pub fn message(&self) -> String {
+        match self {
+            ChainError::NoRoutes { shim } => format!(
+                "no routes are configured for the {shim} shim: add [[shims.{shim}.routes]] to the config"
+            ),
+            ChainError::Exhausted { reports } => {
+                let tried = reports.iter().filter(|r| r.tries > 0).count();
+                let mut text = format!("all {} routes failed ({tried} tried)", reports.len());
+                for (i, r) in reports.iter().enumerate() {
+                    text.push_str(&format!(
+                        "; {}) {} -> {}: {} ({} ms, {} tries)",
+                        i + 1,
+                        r.route,
+                        r.code.map_or("?", FailureCode::as_str),
+                        r.reason.as_deref().unwrap_or(""),
+                        r.elapsed.as_millis(),
+                        r.tries
+                    ));
+                }
+                text
+            }
+            ChainError::ShuttingDown => "shimgate is shutting down".to_string(),
+            ChainError::Aborted => "the client went away".to_string(),
+        }
+    }
+
+    /// As a `Failure` (for in-band error frames).
+    pub fn failure(&self) -> Failure {
+        let code = match self {
+            ChainError::Exhausted { .. } => FailureCode::AutoRoutesExhausted,
+            ChainError::Aborted => FailureCode::Aborted,
+            ChainError::NoRoutes { .. } | ChainError::ShuttingDown => FailureCode::Server,
+        };
+        Failure::new(code, self.message())
+    }
+
+    /// The 502 (or 503) JSON answer, listing each route.
+    pub fn into_response(self) -> Response<Body> {
+        let status = match self {
+            ChainError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::BAD_GATEWAY,
+        };
+        let routes: Vec<_> = match &self {
+            ChainError::Exhausted { reports } => reports.iter().map(RouteReport::to_json).collect(),
+            _ => Vec::new(),
+        };
+        body::json_response(
+            status,
+            &json!({"error": {
+                "code": self.code(),
+                "message": self.message(),
+                "type": "shimgate_error",
+                "routes": routes,
+            }}),
+        )
+    }
+}
+
+enum Head {
+    Stream {
+        status: StatusCode,
+        headers: HeaderMap,
+        route: String,
+    },
+    Verbatim {
+        status: StatusCode,
+        headers: HeaderMap,
+        body: Bytes,
+    },
+    Failed(ChainError),
+}
+
+/// Runs one call. Returns once the answer is committed (or the call failed);
+/// a committed answer keeps streaming from a task.
+pub async fn call(ctx: &ChainCtx, spec: CallSpec) -> ChainResponse {
+    let (head_tx, head_rx) = oneshot::channel();
+    let (body_tx, body) = ChannelBody::channel();
+    tokio::spawn(drive(ctx.clone(), spec, head_tx, body_tx));
+    match head_rx.await {
+        Ok(Head::Stream {
+            status,
+            headers,
+            route,
+        }) => ChainResponse::Stream {
+            status,
+            headers,
+            body,
+            route,
+        },
+        Ok(Head::Verbatim {
+            status,
+            headers,
+            body,
+        }) => ChainResponse::Verbatim {
+            status,
+            headers,
+            body,
+        },
+        Ok(Head::Failed(e)) => ChainResponse::Failed(e),
+        Err(_) => ChainResponse::Failed(ChainError::Aborted),
+    }
+}
+
+type BodyTx = tokio::sync::mpsc::Sender<Result<Bytes, BoxError>>;
+
+struct CallLog<'a> {
+    ctx: &'a ChainCtx,
+    spec: &'a CallSpec,
+    call: u64,
+    at: SystemTime,
+    started: Instant,
+    reports: Vec<RouteReport>,
+}
+
+impl CallLog<'_> {
+    #[allow(clippy::too_many_arguments)]
+    fn attempt(
+        &self,
+        attempt: usize,
+        try_no: u32,
+        route: &str,
+        failure: Option<&Failure>,
+        elapsed: std::time::Duration,
+        will_retry: bool,
+        switched: bool,
+    ) {
+        self.ctx.state.record(AttemptEntry {
+            at: SystemTime::now(),
+            call: self.call,
+            shim: self.spec.shim,
+            attempt,
+            try_no,
+            route: route.to_string(),
+            ok: failure.is_none(),
+            code: failure.map(|f| f.code),
+            reason: failure.map(|f| f.to_string()),
+            elapsed,
+            will_retry,
+            switched,
+        });
+    }
+
+    fn finish(self, outcome: Outcome, code: Option<FailureCode>) {
+        self.ctx.state.finish_call(CallRecord {
+            call: self.call,
+            shim: self.spec.shim,
+            kind: self.spec.kind,
+            at: self.at,
+            elapsed: self.started.elapsed(),
+            outcome,
+            code,
+            routes: self.reports,
+        });
+    }
+}
+
+async fn drive(ctx: ChainCtx, spec: CallSpec, mut head_tx: oneshot::Sender<Head>, body_tx: BodyTx) {
+    let mut log = CallLog {
+        ctx: &ctx,
+        spec: &spec,
+        call: ctx.state.next_call(),
+        at: SystemTime::now(),
+        started: Instant::now(),
+        reports: Vec::new(),
+    };
+    let plan = if spec.housekeeping {
+        state::Plan {
+            routes: spec.routes.iter().take(1).cloned().collect(),
+            cooling: Vec::new(),
+        }
+    } else {
+        ctx.state.plan(spec.shim, &spec.routes, &spec.ordering)
+    };
+    if plan.routes.is_empty() {
+        let _ = head_tx.send(Head::Failed(ChainError::NoRoutes { shim: spec.shim }));
+        log.finish(Outcome::Failed, None);
+        return;
+    }
+    for (route, until) in &plan.cooling {
+        log.reports.push(RouteReport {
+            attempt: 0,
+            route: route.name.clone(),
+            tries: 0,
+            ok: false,
+            code: Some(FailureCode::Quota),
+            reason: Some(format!(
+                "cooling after a quota failure until {}",
+                crate::clock::iso8601(*until)
+            )),
+            elapsed: std::time::Duration::ZERO,
+            switched_to: None,
+        });
+    }
+    for (index, route) in plan.routes.iter().enumerate() {
+        let attempt_no = index + 1;
+        let next_route = plan.routes.get(index + 1).map(|r| r.name.clone());
+        let Some(_permit) = ctx.state.try_acquire(spec.shim, route) else {
+            let failure = Failure::new(
+                FailureCode::Capacity,
+                format!("at its concurrency cap of {}", route.max_concurrency),
+            );
+            log.attempt(
+                attempt_no,
+                0,
+                &route.name,
+                Some(&failure),
+                Default::default(),
+                false,
+                next_route.is_some(),
+            );
+            log.reports.push(report(
+                attempt_no,
+                route,
+                0,
+                Some(&failure),
+                Default::default(),
+                next_route.clone(),
+            ));
+            continue;
+        };
+        let route_started = Instant::now();
+        let mut tries = 0u32;
+        loop {
+            tries += 1;
+            let t0 = Instant::now();
+            let pre = tokio::select! {
+                biased;
+                _ = head_tx.closed() => attempt::PreCommit::Aborted,
+                _ = ctx.hard_stop.cancelled() => attempt::PreCommit::Failed {
+                    failure: Failure::new(FailureCode::Server, "shimgate is shutting down"),
+                    verbatim: None,
+                    held: None,
+                },
+                pre = attempt::pre_commit(&ctx, &spec, route) => pre,
+            };
+            match pre {
+                attempt::PreCommit::Aborted => {
+                    let f = Failure::new(FailureCode::Aborted, "the client went away");
+                    log.attempt(
+                        attempt_no,
+                        tries,
+                        &route.name,
+                        Some(&f),
+                        t0.elapsed(),
+                        false,
+                        false,
+                    );
+                    log.reports.push(report(
+                        attempt_no,
+                        route,
+                        tries,
+                        Some(&f),
+                        route_started.elapsed(),
+                        None,
+                    ));
+                    log.finish(Outcome::Aborted, Some(FailureCode::Aborted));
+                    return;
+                }
+                attempt::PreCommit::Committed(committed) => {
+                    let (status, headers) = committed.head(&route.name);
+                    if head_tx
+                        .send(Head::Stream {
+                            status,
+                            headers,
+                            route: route.name.clone(),
+                        })
+                        .is_err()
+                    {
+                        let f = Failure::new(FailureCode::Aborted, "the client went away");
+                        log.attempt(
+                            attempt_no,
+                            tries,
+                            &route.name,
+                            Some(&f),
+                            t0.elapsed(),
+                            false,
+                            false,
+                        );
+                        log.finish(Outcome::Aborted, Some(FailureCode::Aborted));
+                        return;
+                    }
+                    let end = attempt::stream(&ctx, &spec, committed, &body_tx).await;
+                    let failure = end.err();
+                    if let Some(f) = &failure {
+                        if f.code != FailureCode::Aborted {
+                            warn!(shim = spec.shim, route = %route.name, code = %f.code, reason = %f.message, "stream failed after content; passed on to the client");
+                        }
+                    }
+                    log.attempt(
+                        attempt_no,
+                        tries,
+                        &route.name,
+                        failure.as_ref(),
+                        t0.elapsed(),
+                        false,
+                        false,
+                    );
+                    log.reports.push(report(
+                        attempt_no,
+                        route,
+                        tries,
+                        failure.as_ref(),
+                        route_started.elapsed(),
+                        None,
+                    ));
+                    let outcome = match &failure {
+                        None => Outcome::Ok,
+                        Some(f) if f.code == FailureCode::Aborted => Outcome::Aborted,
+                        Some(_) => Outcome::Failed,
+                    };
+                    log.finish(outcome, failure.map(|f| f.code));
+                    return;
+                }
+                attempt::PreCommit::Failed {
+                    failure,
+                    verbatim,
+                    held,
+                } => {
+                    let elapsed = t0.elapsed();
+                    if failure.code == FailureCode::Quota {
+                        let rest = failure.retry_after.unwrap_or(spec.ordering.quota_cooldown);
+                        ctx.state
+                            .cool(spec.shim, &route.name, rest, &failure.to_string());
+                        warn!(shim = spec.shim, route = %route.name, rest_ms = rest.as_millis() as u64, "quota exhausted; route cools down");
+                    }
+                    let shutting_down = ctx.hard_stop.is_cancelled();
+                    if failure.code.never_switches() || spec.housekeeping || shutting_down {
+                        log.attempt(
+                            attempt_no,
+                            tries,
+                            &route.name,
+                            Some(&failure),
+                            elapsed,
+                            false,
+                            false,
+                        );
+                        log.reports.push(report(
+                            attempt_no,
+                            route,
+                            tries,
+                            Some(&failure),
+                            route_started.elapsed(),
+                            None,
+                        ));
+                        info!(shim = spec.shim, route = %route.name, code = %failure.code, "failure ends the call without switching");
+                        let head = if shutting_down {
+                            Head::Failed(ChainError::ShuttingDown)
+                        } else if let Some(v) = verbatim {
+                            Head::Verbatim {
+                                status: v.status,
+                                headers: v.headers,
+                                body: v.body,
+                            }
+                        } else if let Some(held) = held {
+                            // An in-band error the client must see as the upstream sent it.
+                            let sent = head_tx.send(Head::Stream {
+                                status: StatusCode::OK,
+                                headers: attempt::sse_headers(&route.name),
+                                route: route.name.clone(),
+                            });
+                            if sent.is_ok() {
+                                let _ = body_tx.send(Ok(held.freeze())).await;
+                            }
+                            log.finish(Outcome::Failed, Some(failure.code));
+                            return;
+                        } else {
+                            Head::Failed(ChainError::Exhausted {
+                                reports: log.reports.clone(),
+                            })
+                        };
+                        let _ = head_tx.send(head);
+                        log.finish(Outcome::Failed, Some(failure.code));
+                        return;
+                    }
+                    let retryable = spec.retry.retryable.contains(&failure.code)
+                        && tries <= spec.retry.max_retries;
+                    let decision = if retryable {
+                        policy::retry_decision(&spec.retry, tries, failure.retry_after)
+                    } else {
+                        RetryDecision::SwitchNow
+                    };
+                    match decision {
+                        RetryDecision::Wait(wait) => {
+                            log.attempt(
+                                attempt_no,
+                                tries,
+                                &route.name,
+                                Some(&failure),
+                                elapsed,
+                                true,
+                                false,
+                            );
+                            warn!(shim = spec.shim, route = %route.name, try_no = tries, code = %failure.code, reason = %failure.message, wait_ms = wait.as_millis() as u64, "attempt failed; retrying on the same route");
+                            tokio::select! {
+                                biased;
+                                _ = head_tx.closed() => {
+                                    log.reports.push(report(attempt_no, route, tries, Some(&Failure::new(FailureCode::Aborted, "the client went away during backoff")), route_started.elapsed(), None));
+                                    log.finish(Outcome::Aborted, Some(FailureCode::Aborted));
+                                    return;
+                                }
+                                _ = ctx.hard_stop.cancelled() => {
+                                    let _ = head_tx.send(Head::Failed(ChainError::ShuttingDown));
+                                    log.finish(Outcome::Failed, None);
+                                    return;
+                                }
+                                _ = tokio::time::sleep(wait) => {}
+                            }
+                        }
+                        RetryDecision::SwitchNow => {
+                            log.attempt(
+                                attempt_no,
+                                tries,
+                                &route.name,
+                                Some(&failure),
+                                elapsed,
+                                false,
+                                next_route.is_some(),
+                            );
+                            log.reports.push(report(
+                                attempt_no,
+                                route,
+                                tries,
+                                Some(&failure),
+                                route_started.elapsed(),
+                                next_route.clone(),
+                            ));
+                            match &next_route {
+                                Some(next) => {
+                                    warn!(shim = spec.shim, route = %route.name, next = %next, code = %failure.code, reason = %failure.message, tries, "route failed; switching")
+                                }
+                                None => {
+                                    warn!(shim = spec.shim, route = %route.name, code = %failure.code, reason = %failure.message, tries, "last route failed")
+                                }
+                            }
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let error = ChainError::Exhausted {
+        reports: log.reports.clone(),
+    };
+    warn!(shim = spec.shim, kind = spec.kind, "{}", error.message());
+    let _ = head_tx.send(Head::Failed(error));
+    log.finish(Outcome::Failed, Some(FailureCode::AutoRoutesExhausted));
+}
+
+fn report(
+    attempt: usize,
+    route: &Route,
+    tries: u32,
+    failure: Option<&Failure>,
+    elapsed: std::time::Duration,
+    switched_to: Option<String>,
+) -> RouteReport {
+    RouteReport {
+        attempt,
+        route: route.name.clone(),
+        tries,
+        ok: failure.is_none(),
+        code: failure.map(|f| f.code),
+        reason: failure.map(|f| f.to_string()),
+        elapsed,
+        switched_to,
+    }
+}
+
+/// An outbound request that is the same for every attempt: method, the
+/// request path appended to the route's base URL, headers and a body.
+pub struct FixedOutbound {
+    pub method: http::Method,
+    /// Path and query, starting with `/`.
+    pub path_and_query: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Outbound for FixedOutbound {
+    fn request<'a>(
+        &'a self,
+        route: &'a Route,
+    ) -> Pin<Box<dyn Future<Output = Result<Request<Full<Bytes>>, Failure>> + Send + 'a>> {
+        Box::pin(async move {
+            let uri = format!("{}{}", route.url, self.path_and_query);
+            let mut req = Request::builder()
+                .method(self.method.clone())
+                .uri(&uri)
+                .body(Full::new(self.body.clone()))
+                .map_err(|e| {
+                    Failure::new(
+                        FailureCode::Unsupported,
+                        format!("bad upstream URL {uri}: {e}"),
+                    )
+                })?;
+            *req.headers_mut() = self.headers.clone();
+            Ok(req)
+        })
+    }
+}

@@ -1,0 +1,567 @@
+//! The validated runtime config and how it is loaded.
+//!
+//! Loading is two-staged: the TOML is read into the raw structs of [`raw`]
+//! (unknown keys rejected, type errors reported with their key path by
+//! `serde_path_to_error`), then [`Config::from_raw`] checks every value and
+//! fills defaults. Both stages run before any socket is bound.
+
+pub mod raw;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use http::header::{HeaderName, HeaderValue};
+use shimgate_shim_api::FailureCode;
+
+use raw::{RawConfig, RawRoute, RawShim};
+
+/// Retries per route after the first try.
+pub const DEFAULT_MAX_RETRIES: u32 = 5;
+/// First backoff delay.
+pub const DEFAULT_INITIAL_DELAY_MS: u64 = 500;
+/// Backoff cap; a Retry-After above it switches route at once.
+pub const DEFAULT_MAX_DELAY_MS: u64 = 10_000;
+/// Symmetric jitter applied to each backoff delay.
+pub const DEFAULT_JITTER_RATIO: f64 = 0.1;
+/// Codes retried in place by default (transient by nature).
+pub const DEFAULT_RETRYABLE: [FailureCode; 5] = [
+    FailureCode::EmptyResponse,
+    FailureCode::RateLimit,
+    FailureCode::Server,
+    FailureCode::Timeout,
+    FailureCode::Transport,
+];
+/// How long a route rests after a quota failure when the upstream names no reset (12 h).
+pub const DEFAULT_QUOTA_COOLDOWN_MS: u64 = 43_200_000;
+/// TCP connect timeout.
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
+/// Time allowed until the upstream's response head.
+pub const DEFAULT_FIRST_BYTE_TIMEOUT_MS: u64 = 120_000;
+/// Longest silence between two body chunks.
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 120_000;
+/// Request bodies above this answer 413 (32 MiB).
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 32 * 1024 * 1024;
+/// The qoder shim's default listener.
+pub const DEFAULT_QODER_LISTEN: &str = "127.0.0.1:47001";
+/// The trae shim's default listener.
+pub const DEFAULT_TRAE_LISTEN: &str = "127.0.0.1:47011";
+/// The file `serve` reads when no `--config` is given.
+pub const DEFAULT_CONFIG_FILE: &str = "shimgate.toml";
+/// Backoff delays are capped here whatever the config says (1 h): a larger
+/// value is surely a unit mistake.
+const MAX_SANE_DELAY_MS: u64 = 3_600_000;
+
+/// A config error, naming the key path and the bad value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Dotted key path (`shims.trae.routes[1].url`), empty for file-level errors.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ConfigError {
+    fn at(path: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// In-place retry policy (DESIGN §5).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    pub max_retries: u32,
+    pub initial_delay: Duration,
+    pub max_delay: Duration,
+    pub jitter_ratio: f64,
+    pub retryable: Vec<FailureCode>,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: DEFAULT_MAX_RETRIES,
+            initial_delay: Duration::from_millis(DEFAULT_INITIAL_DELAY_MS),
+            max_delay: Duration::from_millis(DEFAULT_MAX_DELAY_MS),
+            jitter_ratio: DEFAULT_JITTER_RATIO,
+            retryable: DEFAULT_RETRYABLE.to_vec(),
+        }
+    }
+}
+
+/// How routes are ordered for a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrderingMode {
+    /// Quota cooldowns skip routes (all cooling: cooldowns ignored).
+    Auto,
+    /// Strict configured order, nothing skipped for quota.
+    Manual,
+}
+
+impl OrderingMode {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrderingMode::Auto => "auto",
+            OrderingMode::Manual => "manual",
+        }
+    }
+}
+
+/// `[ordering]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ordering {
+    pub mode: OrderingMode,
+    pub quota_cooldown: Duration,
+}
+
+impl Default for Ordering {
+    fn default() -> Self {
+        Ordering {
+            mode: OrderingMode::Auto,
+            quota_cooldown: Duration::from_millis(DEFAULT_QUOTA_COOLDOWN_MS),
+        }
+    }
+}
+
+/// `[upstream]` timeouts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timeouts {
+    pub connect: Duration,
+    pub first_byte: Duration,
+    pub idle: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_millis(DEFAULT_CONNECT_TIMEOUT_MS),
+            first_byte: Duration::from_millis(DEFAULT_FIRST_BYTE_TIMEOUT_MS),
+            idle: Duration::from_millis(DEFAULT_IDLE_TIMEOUT_MS),
+        }
+    }
+}
+
+/// How the qoder shim turns a rebuilt ask into an upstream request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Codec {
+    /// POST the ask JSON as is.
+    Plain,
+    /// A co-process: one JSON line in, one JSON line out.
+    Exec(Vec<String>),
+}
+
+impl Codec {
+    /// The config spelling.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Codec::Plain => "plain",
+            Codec::Exec(_) => "exec",
+        }
+    }
+}
+
+/// One upstream route.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Route {
+    pub name: String,
+    /// Base URL without a trailing slash; the request path is appended.
+    pub url: String,
+    /// 0 = no cap.
+    pub max_concurrency: usize,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+/// `[shims.NAME]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShimConfig {
+    pub enabled: bool,
+    pub listen: SocketAddr,
+    pub allow_remote: bool,
+    /// Per-shim compressor override.
+    pub compressor: Option<String>,
+    pub codec: Codec,
+    pub routes: Vec<Route>,
+}
+
+impl ShimConfig {
+    fn with_listen(listen: &str) -> Self {
+        ShimConfig {
+            enabled: true,
+            listen: listen
+                .parse()
+                .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0))),
+            allow_remote: false,
+            compressor: None,
+            codec: Codec::Plain,
+            routes: Vec::new(),
+        }
+    }
+}
+
+/// The names of the shims the runtime knows, in listing order.
+pub const SHIM_NAMES: [&str; 2] = ["qoder", "trae"];
+
+/// The validated runtime config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The file it came from (reload re-reads it); `None` for built-in defaults.
+    pub source: Option<PathBuf>,
+    /// Global compressor base URL; `None` = direct mode.
+    pub compressor: Option<String>,
+    pub retry: RetryPolicy,
+    pub ordering: Ordering,
+    pub timeouts: Timeouts,
+    pub max_body_bytes: u64,
+    pub qoder: ShimConfig,
+    pub trae: ShimConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            source: None,
+            compressor: None,
+            retry: RetryPolicy::default(),
+            ordering: Ordering::default(),
+            timeouts: Timeouts::default(),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            qoder: ShimConfig::with_listen(DEFAULT_QODER_LISTEN),
+            trae: ShimConfig::with_listen(DEFAULT_TRAE_LISTEN),
+        }
+    }
+}
+
+impl Config {
+    /// The config of one shim by name.
+    pub fn shim(&self, name: &str) -> Option<&ShimConfig> {
+        match name {
+            "qoder" => Some(&self.qoder),
+            "trae" => Some(&self.trae),
+            _ => None,
+        }
+    }
+
+    /// The compressor URL a shim uses (its own override, else the global one).
+    pub fn compressor_for(&self, shim: &str) -> Option<&str> {
+        self.shim(shim)
+            .and_then(|s| s.compressor.as_deref())
+            .or(self.compressor.as_deref())
+    }
+
+    /// Parses and validates TOML text.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        let de = toml::Deserializer::new(text);
+        let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            let message = inner.message().to_string();
+            let path = if path == "." { String::new() } else { path };
+            match inner.span() {
+                Some(span) if path.is_empty() => {
+                    let line = text[..span.start.min(text.len())].lines().count().max(1);
+                    ConfigError::at("", format!("line {line}: {message}"))
+                }
+                _ => ConfigError::at(path, message),
+            }
+        })?;
+        Config::from_raw(raw)
+    }
+
+    /// Reads, parses and validates a file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::at("", format!("cannot read {}: {e}", path.display())))?;
+        let mut config = Config::from_toml(&text)?;
+        config.source = Some(path.to_path_buf());
+        Ok(config)
+    }
+
+    /// Validates the raw file and fills defaults.
+    pub fn from_raw(raw: RawConfig) -> Result<Config, ConfigError> {
+        let mut config = Config::default();
+        if let Some(c) = raw.compressor {
+            if let Some(url) = c.url {
+                config.compressor = Some(check_url("compressor.url", &url)?);
+            }
+        }
+        if let Some(r) = raw.retry {
+            let p = &mut config.retry;
+            if let Some(n) = r.max_retries {
+                if n > 100 {
+                    return Err(ConfigError::at(
+                        "retry.max_retries",
+                        format!("{n} is more than 100 retries per route"),
+                    ));
+                }
+                p.max_retries = n;
+            }
+            if let Some(ms) = r.initial_delay_ms {
+                p.initial_delay = positive_ms("retry.initial_delay_ms", ms)?;
+            }
+            if let Some(ms) = r.max_delay_ms {
+                p.max_delay = positive_ms("retry.max_delay_ms", ms)?;
+            }
+            if p.max_delay < p.initial_delay {
+                return Err(ConfigError::at(
+                    "retry.max_delay_ms",
+                    format!(
+                        "{} is below retry.initial_delay_ms ({})",
+                        p.max_delay.as_millis(),
+                        p.initial_delay.as_millis()
+                    ),
+                ));
+            }
+            if let Some(j) = r.jitter_ratio {
+                if !(0.0..=1.0).contains(&j) || j.is_nan() {
+                    return Err(ConfigError::at(
+                        "retry.jitter_ratio",
+                        format!("{j} is not between 0 and 1"),
+                    ));
+                }
+                p.jitter_ratio = j;
+            }
+            if let Some(codes) = r.retryable {
+                let mut parsed = Vec::new();
+                for (i, name) in codes.iter().enumerate() {
+                    let code = FailureCode::parse(name).ok_or_else(|| {
+                        ConfigError::at(
+                            format!("retry.retryable[{i}]"),
+                            format!("unknown failure code {name:?}"),
+                        )
+                    })?;
+                    parsed.push(code);
+                }
+                p.retryable = parsed;
+            }
+        }
+        if let Some(o) = raw.ordering {
+            if let Some(mode) = o.mode {
+                config.ordering.mode = match mode.as_str() {
+                    "auto" => OrderingMode::Auto,
+                    "manual" => OrderingMode::Manual,
+                    other => {
+                        return Err(ConfigError::at(
+                            "ordering.mode",
+                            format!("{other:?} is neither \"auto\" nor \"manual\""),
+                        ))
+                    }
+                };
+            }
+            if let Some(ms) = o.quota_cooldown_ms {
+                config.ordering.quota_cooldown = positive_ms("ordering.quota_cooldown_ms", ms)?;
+            }
+        }
+        if let Some(u) = raw.upstream {
+            if let Some(ms) = u.connect_timeout_ms {
+                config.timeouts.connect = positive_ms("upstream.connect_timeout_ms", ms)?;
+            }
+            if let Some(ms) = u.first_byte_timeout_ms {
+                config.timeouts.first_byte = positive_ms("upstream.first_byte_timeout_ms", ms)?;
+            }
+            if let Some(ms) = u.idle_timeout_ms {
+                config.timeouts.idle = positive_ms("upstream.idle_timeout_ms", ms)?;
+            }
+        }
+        if let Some(l) = raw.limits {
+            if let Some(n) = l.max_body_bytes {
+                if n == 0 {
+                    return Err(ConfigError::at(
+                        "limits.max_body_bytes",
+                        "must be > 0, got 0",
+                    ));
+                }
+                config.max_body_bytes = n;
+            }
+        }
+        if let Some(shims) = raw.shims {
+            if let Some(q) = shims.qoder {
+                apply_shim("qoder", q, &mut config.qoder)?;
+            }
+            if let Some(t) = shims.trae {
+                apply_shim("trae", t, &mut config.trae)?;
+            }
+        }
+        if config.qoder.enabled
+            && config.trae.enabled
+            && config.qoder.listen == config.trae.listen
+            && config.trae.listen.port() != 0
+        {
+            return Err(ConfigError::at(
+                "shims.trae.listen",
+                format!(
+                    "{} is also the qoder shim's listen address",
+                    config.trae.listen
+                ),
+            ));
+        }
+        Ok(config)
+    }
+}
+
+fn positive_ms(path: &str, ms: u64) -> Result<Duration, ConfigError> {
+    if ms == 0 {
+        return Err(ConfigError::at(path, "must be > 0, got 0"));
+    }
+    if ms > MAX_SANE_DELAY_MS && path.starts_with("retry.") {
+        return Err(ConfigError::at(
+            path,
+            format!("{ms} ms is more than an hour"),
+        ));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+/// Checks an absolute http(s) URL and returns it without a trailing slash.
+fn check_url(path: &str, url: &str) -> Result<String, ConfigError> {
+    let bad = |why: &str| ConfigError::at(path, format!("{why}: {url:?}"));
+    if url.trim() != url || url.is_empty() {
+        return Err(bad("not a URL"));
+    }
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(bad("relative URL without a base"));
+    };
+    if scheme != "http" && scheme != "https" {
+        return Err(bad("scheme must be http or https"));
+    }
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err(bad("URL has no host"));
+    }
+    if url.contains('?') || url.contains('#') {
+        return Err(bad("a base URL cannot carry a query or fragment"));
+    }
+    let uri: http::Uri = url.parse().map_err(|_| bad("not a valid URL"))?;
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(bad("URL has no host"));
+    }
+    Ok(url.trim_end_matches('/').to_string())
+}
+
+fn apply_shim(name: &str, raw: RawShim, shim: &mut ShimConfig) -> Result<(), ConfigError> {
+    let key = |k: &str| format!("shims.{name}.{k}");
+    if let Some(e) = raw.enabled {
+        shim.enabled = e;
+    }
+    if let Some(a) = raw.allow_remote {
+        shim.allow_remote = a;
+    }
+    if let Some(listen) = raw.listen {
+        shim.listen = listen.parse().map_err(|_| {
+            ConfigError::at(
+                key("listen"),
+                format!("{listen:?} is not an ip:port address"),
+            )
+        })?;
+    }
+    if !shim.listen.ip().is_loopback() && !shim.allow_remote {
+        return Err(ConfigError::at(
+            key("listen"),
+            format!(
+                "{} is not a loopback address; set shims.{name}.allow_remote = true to allow it",
+                shim.listen
+            ),
+        ));
+    }
+    if let Some(url) = raw.compressor {
+        shim.compressor = Some(check_url(&key("compressor"), &url)?);
+    }
+    match (name, raw.codec.as_deref(), raw.codec_command) {
+        (_, None, None) => {}
+        ("qoder", Some("plain"), None) => shim.codec = Codec::Plain,
+        ("qoder", Some("plain") | None, Some(_)) => {
+            return Err(ConfigError::at(
+                key("codec_command"),
+                "only used with codec = \"exec\"",
+            ))
+        }
+        ("qoder", Some("exec"), Some(cmd)) if !cmd.is_empty() && !cmd[0].is_empty() => {
+            shim.codec = Codec::Exec(cmd)
+        }
+        ("qoder", Some("exec"), _) => {
+            return Err(ConfigError::at(
+                key("codec_command"),
+                "codec = \"exec\" needs a command, e.g. [\"node\", \"encode.mjs\"]",
+            ))
+        }
+        ("qoder", Some(other), _) => {
+            return Err(ConfigError::at(
+                key("codec"),
+                format!("{other:?} is neither \"plain\" nor \"exec\""),
+            ))
+        }
+        (_, Some(_), _) => {
+            return Err(ConfigError::at(
+                key("codec"),
+                "only the qoder shim has a codec",
+            ))
+        }
+        (_, None, Some(_)) => {
+            return Err(ConfigError::at(
+                key("codec_command"),
+                "only the qoder shim has a codec",
+            ))
+        }
+    }
+    if let Some(routes) = raw.routes {
+        shim.routes = Vec::with_capacity(routes.len());
+        for (i, r) in routes.into_iter().enumerate() {
+            let route = check_route(&format!("shims.{name}.routes[{i}]"), r)?;
+            if shim.routes.iter().any(|o| o.name == route.name) {
+                return Err(ConfigError::at(
+                    format!("shims.{name}.routes[{i}].name"),
+                    format!("{:?} is used by an earlier route", route.name),
+                ));
+            }
+            shim.routes.push(route);
+        }
+    }
+    Ok(())
+}
+
+fn check_route(path: &str, raw: RawRoute) -> Result<Route, ConfigError> {
+    let name = raw.name.trim().to_string();
+    if name.is_empty() {
+        return Err(ConfigError::at(format!("{path}.name"), "must not be empty"));
+    }
+    let url = check_url(&format!("{path}.url"), &raw.url)?;
+    let mut headers = Vec::new();
+    for (k, v) in raw.headers.unwrap_or_default() {
+        let hn = HeaderName::from_bytes(k.as_bytes()).map_err(|_| {
+            ConfigError::at(
+                format!("{path}.headers"),
+                format!("{k:?} is not a header name"),
+            )
+        })?;
+        let hv = HeaderValue::from_str(&v).map_err(|_| {
+            ConfigError::at(
+                format!("{path}.headers.{k}"),
+                "not a valid header value (control characters?)",
+            )
+        })?;
+        headers.push((hn, hv));
+    }
+    Ok(Route {
+        name,
+        url,
+        max_concurrency: raw.max_concurrency.unwrap_or(0) as usize,
+        headers,
+    })
+}
+
+#[cfg(test)]
+mod tests;

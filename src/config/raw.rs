@@ -1,0 +1,94 @@
+//! The config file as written: every key optional, unknown keys rejected.
+//!
+//! These structs only describe the TOML shape; [`super::Config::from_raw`]
+//! turns them into the validated runtime config, so nothing downstream ever
+//! sees an unchecked value.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// The whole file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub compressor: Option<RawCompressor>,
+    pub retry: Option<RawRetry>,
+    pub ordering: Option<RawOrdering>,
+    pub upstream: Option<RawUpstream>,
+    pub limits: Option<RawLimits>,
+    pub shims: Option<RawShims>,
+}
+
+/// `[compressor]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCompressor {
+    pub url: Option<String>,
+}
+
+/// `[retry]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRetry {
+    pub max_retries: Option<u32>,
+    pub initial_delay_ms: Option<u64>,
+    pub max_delay_ms: Option<u64>,
+    pub jitter_ratio: Option<f64>,
+    pub retryable: Option<Vec<String>>,
+}
+
+/// `[ordering]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOrdering {
+    pub mode: Option<String>,
+    pub quota_cooldown_ms: Option<u64>,
+}
+
+/// `[upstream]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstream {
+    pub connect_timeout_ms: Option<u64>,
+    pub first_byte_timeout_ms: Option<u64>,
+    pub idle_timeout_ms: Option<u64>,
+}
+
+/// `[limits]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    pub max_body_bytes: Option<u64>,
+}
+
+/// `[shims]`: one table per known shim.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawShims {
+    pub qoder: Option<RawShim>,
+    pub trae: Option<RawShim>,
+}
+
+/// `[shims.NAME]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawShim {
+    pub enabled: Option<bool>,
+    pub listen: Option<String>,
+    pub allow_remote: Option<bool>,
+    pub compressor: Option<String>,
+    pub codec: Option<String>,
+    pub codec_command: Option<Vec<String>>,
+    pub routes: Option<Vec<RawRoute>>,
+}
+
+/// `[[shims.NAME.routes]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    pub name: String,
+    pub url: String,
+    pub max_concurrency: Option<u32>,
+    pub headers: Option<BTreeMap<String, String>>,
+}

@@ -1,0 +1,242 @@
+//! Config loading: defaults, a full file, and every kind of bad value with
+//! its key path.
+
+use super::*;
+
+fn err(toml: &str) -> String {
+    match Config::from_toml(toml) {
+        Ok(_) => panic!("accepted:\n{toml}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn empty_file_gives_the_defaults() {
+    let c = Config::from_toml("").unwrap();
+    assert_eq!(c, Config::default());
+    assert_eq!(c.qoder.listen.to_string(), DEFAULT_QODER_LISTEN);
+    assert_eq!(c.trae.listen.to_string(), DEFAULT_TRAE_LISTEN);
+    assert_eq!(c.retry.max_retries, 5);
+    assert_eq!(c.retry.initial_delay, Duration::from_millis(500));
+    assert_eq!(c.retry.max_delay, Duration::from_secs(10));
+    assert_eq!(c.ordering.mode, OrderingMode::Auto);
+    assert!(c.compressor.is_none());
+    assert!(c.qoder.routes.is_empty());
+}
+
+#[test]
+fn the_design_example_loads() {
+    let c = Config::from_toml(
+        r#"
+[compressor]
+url = "http://127.0.0.1:8787/"
+
+[retry]
+max_retries = 3
+initial_delay_ms = 100
+max_delay_ms = 2000
+jitter_ratio = 0.2
+retryable = ["RATE_LIMIT", "SERVER"]
+
+[ordering]
+mode = "manual"
+quota_cooldown_ms = 60000
+
+[upstream]
+connect_timeout_ms = 1000
+first_byte_timeout_ms = 2000
+idle_timeout_ms = 3000
+
+[limits]
+max_body_bytes = 1024
+
+[shims.qoder]
+enabled = true
+listen = "127.0.0.1:47001"
+allow_remote = false
+compressor = "http://127.0.0.1:8788"
+codec = "exec"
+codec_command = ["node", "encode.mjs"]
+
+[[shims.qoder.routes]]
+name = "qoder-intl"
+url = "https://upstream.example"
+max_concurrency = 2
+headers = { "X-Extra" = "1" }
+
+[shims.trae]
+listen = "127.0.0.1:47011"
+
+[[shims.trae.routes]]
+name = "trae-cn"
+url = "https://upstream.example/base/"
+"#,
+    )
+    .unwrap();
+    assert_eq!(c.compressor.as_deref(), Some("http://127.0.0.1:8787"));
+    assert_eq!(c.compressor_for("qoder"), Some("http://127.0.0.1:8788"));
+    assert_eq!(c.compressor_for("trae"), Some("http://127.0.0.1:8787"));
+    assert_eq!(
+        c.retry.retryable,
+        vec![FailureCode::RateLimit, FailureCode::Server]
+    );
+    assert_eq!(c.ordering.mode, OrderingMode::Manual);
+    assert_eq!(c.max_body_bytes, 1024);
+    assert_eq!(
+        c.qoder.codec,
+        Codec::Exec(vec!["node".into(), "encode.mjs".into()])
+    );
+    assert_eq!(c.qoder.routes[0].max_concurrency, 2);
+    assert_eq!(c.qoder.routes[0].headers[0].0.as_str(), "x-extra");
+    assert_eq!(c.trae.routes[0].url, "https://upstream.example/base");
+}
+
+#[test]
+fn relative_route_url_names_its_path() {
+    let e = err(r#"
+[[shims.trae.routes]]
+name = "a"
+url = "https://ok.example"
+[[shims.trae.routes]]
+name = "b"
+url = "upstream.example/x"
+"#);
+    assert!(
+        e.starts_with("shims.trae.routes[1].url: relative URL without a base"),
+        "{e}"
+    );
+}
+
+#[test]
+fn unknown_key_is_rejected_with_its_path() {
+    let e = err("[retry]\nmax_retry = 3\n");
+    assert!(
+        e.starts_with("retry.max_retry: unknown field `max_retry`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn unknown_shim_is_rejected() {
+    let e = err("[shims.cursor]\nenabled = true\n");
+    assert!(e.starts_with("shims.cursor: unknown field `cursor`"), "{e}");
+}
+
+#[test]
+fn wrong_type_names_the_key() {
+    let e = err("[retry]\nmax_retries = \"five\"\n");
+    assert!(e.starts_with("retry.max_retries:"), "{e}");
+}
+
+#[test]
+fn unknown_retryable_code_names_its_index() {
+    let e = err("[retry]\nretryable = [\"SERVER\", \"FLAKY\"]\n");
+    assert_eq!(e, "retry.retryable[1]: unknown failure code \"FLAKY\"");
+}
+
+#[test]
+fn jitter_above_one_is_rejected() {
+    let e = err("[retry]\njitter_ratio = 1.5\n");
+    assert_eq!(e, "retry.jitter_ratio: 1.5 is not between 0 and 1");
+}
+
+#[test]
+fn max_delay_below_initial_is_rejected() {
+    let e = err("[retry]\ninitial_delay_ms = 1000\nmax_delay_ms = 10\n");
+    assert!(e.starts_with("retry.max_delay_ms: 10 is below"), "{e}");
+}
+
+#[test]
+fn zero_timeout_is_rejected() {
+    let e = err("[upstream]\nidle_timeout_ms = 0\n");
+    assert_eq!(e, "upstream.idle_timeout_ms: must be > 0, got 0");
+}
+
+#[test]
+fn bad_ordering_mode_is_rejected() {
+    let e = err("[ordering]\nmode = \"fastest\"\n");
+    assert_eq!(
+        e,
+        "ordering.mode: \"fastest\" is neither \"auto\" nor \"manual\""
+    );
+}
+
+#[test]
+fn remote_listen_needs_allow_remote() {
+    let e = err("[shims.qoder]\nlisten = \"0.0.0.0:47001\"\n");
+    assert!(
+        e.starts_with("shims.qoder.listen: 0.0.0.0:47001 is not a loopback"),
+        "{e}"
+    );
+    Config::from_toml("[shims.qoder]\nlisten = \"0.0.0.0:47001\"\nallow_remote = true\n").unwrap();
+}
+
+#[test]
+fn bad_listen_address_is_rejected() {
+    let e = err("[shims.trae]\nlisten = \"localhost\"\n");
+    assert_eq!(
+        e,
+        "shims.trae.listen: \"localhost\" is not an ip:port address"
+    );
+}
+
+#[test]
+fn same_listen_for_both_shims_is_rejected() {
+    let e = err("[shims.trae]\nlisten = \"127.0.0.1:47001\"\n");
+    assert!(
+        e.starts_with("shims.trae.listen: 127.0.0.1:47001 is also"),
+        "{e}"
+    );
+}
+
+#[test]
+fn exec_codec_needs_a_command() {
+    let e = err("[shims.qoder]\ncodec = \"exec\"\n");
+    assert!(e.starts_with("shims.qoder.codec_command:"), "{e}");
+}
+
+#[test]
+fn trae_has_no_codec() {
+    let e = err("[shims.trae]\ncodec = \"plain\"\n");
+    assert_eq!(e, "shims.trae.codec: only the qoder shim has a codec");
+}
+
+#[test]
+fn duplicate_route_name_is_rejected() {
+    let e = err(
+        "[[shims.qoder.routes]]\nname = \"a\"\nurl = \"http://x\"\n[[shims.qoder.routes]]\nname = \"a\"\nurl = \"http://y\"\n",
+    );
+    assert_eq!(
+        e,
+        "shims.qoder.routes[1].name: \"a\" is used by an earlier route"
+    );
+}
+
+#[test]
+fn bad_header_value_is_rejected() {
+    let e = err(
+        "[[shims.qoder.routes]]\nname = \"a\"\nurl = \"http://x\"\nheaders = { \"X-A\" = \"a\\nb\" }\n",
+    );
+    assert!(e.starts_with("shims.qoder.routes[0].headers.X-A:"), "{e}");
+}
+
+#[test]
+fn compressor_with_ftp_scheme_is_rejected() {
+    let e = err("[compressor]\nurl = \"ftp://127.0.0.1\"\n");
+    assert!(
+        e.starts_with("compressor.url: scheme must be http or https"),
+        "{e}"
+    );
+}
+
+#[test]
+fn toml_syntax_error_names_the_line() {
+    let e = err("[retry]\nmax_retries = \n");
+    assert!(e.contains("line 2"), "{e}");
+}
+
+#[test]
+fn zero_body_limit_is_rejected() {
+    let e = err("[limits]\nmax_body_bytes = 0\n");
+    assert_eq!(e, "limits.max_body_bytes: must be > 0, got 0");
+}

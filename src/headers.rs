@@ -1,0 +1,73 @@
+//! Header hygiene shared by every forwarding path: hop-by-hop headers never
+//! cross a proxy, and only header *names* are ever shown.
+
+use http::header::{self, HeaderMap, HeaderName};
+
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+/// Removes hop-by-hop headers (and those named in `Connection`), plus
+/// `transfer-encoding`, which hyper sets itself.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+    headers.remove(header::TRANSFER_ENCODING);
+}
+
+/// The headers of a client request, ready to send upstream: hop-by-hop,
+/// `host` and `content-length` removed (the client sets them anew).
+pub fn for_upstream(client: &HeaderMap) -> HeaderMap {
+    let mut h = client.clone();
+    strip_hop_by_hop(&mut h);
+    h.remove(header::HOST);
+    h.remove(header::CONTENT_LENGTH);
+    h
+}
+
+/// Header names only, sorted: what `/status` may show.
+pub fn names(headers: &HeaderMap) -> Vec<String> {
+    let mut v: Vec<String> = headers.keys().map(|k| k.as_str().to_string()).collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn connection_named_headers_are_removed() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "connection",
+            HeaderValue::from_static("keep-alive, x-secret-hop"),
+        );
+        h.insert("x-secret-hop", HeaderValue::from_static("1"));
+        h.insert("authorization", HeaderValue::from_static("Bearer t"));
+        strip_hop_by_hop(&mut h);
+        assert!(h.get("x-secret-hop").is_none());
+        assert!(h.get("connection").is_none());
+        assert!(h.get("authorization").is_some());
+    }
+}

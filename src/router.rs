@@ -1,0 +1,131 @@
+//! Request dispatch on a shim listener: `/status`, then the shims' own
+//! paths, then pass-through of everything else through the chain.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+
+use crate::app::App;
+use crate::body::{self, Body};
+use crate::chain::{self, CallSpec, FixedOutbound};
+use crate::headers;
+use crate::status;
+
+/// Handles one request on the listener of `shim`.
+pub async fn handle(app: Arc<App>, shim: &'static str, req: Request<Incoming>) -> Response<Body> {
+    let path = req.uri().path();
+    match (req.method(), path) {
+        (&Method::GET, "/status") => body::json_response(StatusCode::OK, &status::document(&app)),
+        _ => passthrough(app, shim, req).await,
+    }
+}
+
+/// Why a request body could not be read.
+pub enum BodyError {
+    TooLarge(u64),
+    Broken(String),
+}
+
+impl BodyError {
+    /// The client-facing answer: 413 or 400.
+    pub fn into_response(self) -> Response<Body> {
+        match self {
+            BodyError::TooLarge(limit) => body::error_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "REQUEST_TOO_LARGE",
+                &format!("request body is over the {limit}-byte limit (limits.max_body_bytes)"),
+            ),
+            BodyError::Broken(why) => body::error_response(
+                StatusCode::BAD_REQUEST,
+                "BAD_REQUEST",
+                &format!("could not read the request body: {why}"),
+            ),
+        }
+    }
+}
+
+/// Reads a request body whole, refusing more than `limit` bytes. Bodies are
+/// buffered so a failed attempt can be sent again to the next route.
+pub async fn read_body(
+    body: Incoming,
+    declared: Option<u64>,
+    limit: u64,
+) -> Result<Bytes, BodyError> {
+    if declared.is_some_and(|n| n > limit) {
+        return Err(BodyError::TooLarge(limit));
+    }
+    let cap = usize::try_from(limit).unwrap_or(usize::MAX);
+    match Limited::new(body, cap).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge(limit)),
+        Err(e) => Err(BodyError::Broken(e.to_string())),
+    }
+}
+
+/// The declared `content-length`, if any.
+pub fn content_length<T>(req: &Request<T>) -> Option<u64> {
+    req.headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Whether a JSON body marks a housekeeping call (`purpose` compaction or
+/// session-title): those pass straight through without failover.
+pub fn is_housekeeping(body: &[u8]) -> bool {
+    if memchr::memmem::find(body, b"\"purpose\"").is_none() {
+        return false;
+    }
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("purpose").and_then(|p| p.as_str()).map(str::to_owned))
+        .is_some_and(|p| p == "compaction" || p == "session-title")
+}
+
+/// Forwards a request the shim does not intercept, byte for byte, through
+/// the chain with the shim's routes.
+pub async fn passthrough(
+    app: Arc<App>,
+    shim: &'static str,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let live = app.live();
+    let config = &live.config;
+    let declared = content_length(&req);
+    let (parts, incoming) = req.into_parts();
+    let bytes = match read_body(incoming, declared, config.max_body_bytes).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
+    let Some(shim_config) = config.shim(shim) else {
+        return body::error_response(StatusCode::NOT_FOUND, "UNKNOWN_SHIM", shim);
+    };
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| "/".to_string(), |p| p.as_str().to_string());
+    let spec = CallSpec {
+        shim,
+        kind: "passthrough",
+        routes: shim_config.routes.clone(),
+        retry: config.retry.clone(),
+        ordering: config.ordering.clone(),
+        timeouts: config.timeouts.clone(),
+        housekeeping: is_housekeeping(&bytes),
+        outbound: Arc::new(FixedOutbound {
+            method: parts.method,
+            path_and_query,
+            headers: headers::for_upstream(&parts.headers),
+            body: bytes,
+        }),
+        translator: None,
+    };
+    let resp = chain::call(&app.chain_ctx(), spec).await;
+    if let chain::ChainResponse::Failed(e) = &resp {
+        app.shim_stats(shim).error(e.message());
+    }
+    resp.into_response()
+}

@@ -1,0 +1,137 @@
+//! `shimgate serve` and `shimgate check-config`: load the config, start the
+//! listeners, react to signals.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use tracing::{error, info, warn};
+
+use crate::cli::LogFormat;
+use crate::config::{Config, ConfigError, DEFAULT_CONFIG_FILE};
+use crate::server::{self, SHUTDOWN_GRACE};
+
+/// Exit code for an invalid config.
+pub const EXIT_CONFIG: u8 = 2;
+
+/// Sets up logging on stderr: `RUST_LOG` if set, else info for shimgate and
+/// warnings for its libraries.
+pub fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("shimgate=info,warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let _ = match format {
+        LogFormat::Pretty => builder.try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .try_init(),
+    };
+}
+
+/// Which config `serve` uses: `--config`, else `./shimgate.toml` if present,
+/// else built-in defaults.
+pub fn resolve_config(path: Option<&Path>) -> Result<Config, ConfigError> {
+    match path {
+        Some(p) => Config::load(p),
+        None => {
+            let default = PathBuf::from(DEFAULT_CONFIG_FILE);
+            if default.exists() {
+                Config::load(&default)
+            } else {
+                Ok(Config::default())
+            }
+        }
+    }
+}
+
+/// `shimgate check-config FILE`.
+pub fn check_config(path: &Path) -> ExitCode {
+    match Config::load(path) {
+        Ok(c) => {
+            println!(
+                "{}: ok (qoder {} routes on {}, trae {} routes on {}, compressor {})",
+                path.display(),
+                c.qoder.routes.len(),
+                c.qoder.listen,
+                c.trae.routes.len(),
+                c.trae.listen,
+                c.compressor.as_deref().unwrap_or("none: direct mode")
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{}: {e}", path.display());
+            ExitCode::from(EXIT_CONFIG)
+        }
+    }
+}
+
+/// `shimgate serve`.
+pub fn serve(path: Option<&Path>) -> ExitCode {
+    let config = match resolve_config(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("shimgate: config error: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    if config.source.is_none() {
+        info!("no config file: built-in defaults (both shims on their default ports, direct mode)");
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("shimgate: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let running = server::start(config).await;
+        for name in crate::config::SHIM_NAMES {
+            if let Some(addr) = running.addr(name) {
+                // A stable line on stdout so scripts (and tests) learn the ports.
+                println!("listening {name} {addr}");
+            }
+        }
+        wait_for_stop(&running).await;
+        info!("shutting down");
+        running.shutdown(SHUTDOWN_GRACE).await;
+    });
+    ExitCode::SUCCESS
+}
+
+#[cfg(unix)]
+async fn wait_for_stop(running: &server::Running) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        error!("cannot install signal handlers; stopping on ctrl-c only");
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = term.recv() => return,
+            _ = int.recv() => return,
+            _ = hup.recv() => match running.app.reload() {
+                Ok(_) => info!("config reloaded (SIGHUP)"),
+                Err(e) => warn!(error = %e, "config reload rejected; the old config stays"),
+            },
+        }
+    }
+}
+
+#[cfg(not(unix))]
+async fn wait_for_stop(_running: &server::Running) {
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -1,0 +1,169 @@
+//! The listeners: one HTTP/1.1 server per enabled shim, TCP_NODELAY on every
+//! socket, and a graceful shutdown that lets streams finish within a grace
+//! period before ending them with a final error frame.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::app::App;
+use crate::config::{Config, SHIM_NAMES};
+use crate::router;
+
+/// How long in-flight streams may run on after a shutdown signal before they
+/// are ended with a final error frame.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// After the grace period, time for the final error frames to be flushed.
+const FLUSH_AFTER_HARD_STOP: Duration = Duration::from_secs(2);
+
+/// A running set of listeners.
+pub struct Running {
+    pub app: Arc<App>,
+    addrs: BTreeMap<&'static str, SocketAddr>,
+    accepting: CancellationToken,
+    accept_loops: JoinSet<()>,
+    graceful: Arc<GracefulShutdown>,
+}
+
+impl Running {
+    /// The bound address of a shim's listener (`None` if it did not start).
+    pub fn addr(&self, shim: &str) -> Option<SocketAddr> {
+        self.addrs.get(shim).copied()
+    }
+
+    /// Stops accepting, lets streams finish up to `grace`, then ends the
+    /// rest with a final error frame.
+    pub async fn shutdown(mut self, grace: Duration) {
+        self.accepting.cancel();
+        while self.accept_loops.join_next().await.is_some() {}
+        let graceful = match Arc::try_unwrap(self.graceful) {
+            Ok(g) => g,
+            Err(_) => {
+                self.app.hard_stop.cancel();
+                return;
+            }
+        };
+        let in_flight = graceful.count();
+        if in_flight > 0 {
+            info!(
+                connections = in_flight,
+                grace_ms = grace.as_millis() as u64,
+                "waiting for in-flight requests"
+            );
+        }
+        let done = graceful.shutdown();
+        tokio::pin!(done);
+        if tokio::time::timeout(grace, &mut done).await.is_err() {
+            warn!("grace period over: ending the remaining streams with an error frame");
+            self.app.hard_stop.cancel();
+            let _ = tokio::time::timeout(FLUSH_AFTER_HARD_STOP, &mut done).await;
+        }
+    }
+}
+
+/// Binds every enabled shim's listener and starts serving. A listener that
+/// cannot bind is reported (log and `startError`) and the others keep going.
+pub async fn start(config: Config) -> Running {
+    let app = App::new(config);
+    let config = app.config();
+    let accepting = CancellationToken::new();
+    let graceful = Arc::new(GracefulShutdown::new());
+    let mut accept_loops = JoinSet::new();
+    let mut addrs = BTreeMap::new();
+    for name in SHIM_NAMES {
+        let Some(shim) = config.shim(name) else {
+            continue;
+        };
+        if !shim.enabled {
+            continue;
+        }
+        let stats = app.shim_stats(name);
+        match TcpListener::bind(shim.listen).await {
+            Ok(listener) => {
+                let addr = listener.local_addr().unwrap_or(shim.listen);
+                stats.listening(addr);
+                addrs.insert(name, addr);
+                info!(shim = name, %addr, "listening");
+                if shim.routes.is_empty() {
+                    info!(shim = name, "no routes are configured: calls this shim must send upstream get 502 NO_ROUTES");
+                }
+                accept_loops.spawn(accept_loop(
+                    app.clone(),
+                    name,
+                    listener,
+                    accepting.clone(),
+                    graceful.clone(),
+                ));
+            }
+            Err(e) => {
+                let message = format!("cannot listen on {}: {e}", shim.listen);
+                error!(shim = name, "{message}");
+                stats.start_failed(message);
+            }
+        }
+    }
+    if config.compressor.is_none()
+        && config.qoder.compressor.is_none()
+        && config.trae.compressor.is_none()
+    {
+        info!("no compressor is configured: direct mode (requests go upstream uncompressed)");
+    }
+    Running {
+        app,
+        addrs,
+        accepting,
+        accept_loops,
+        graceful,
+    }
+}
+
+async fn accept_loop(
+    app: Arc<App>,
+    shim: &'static str,
+    listener: TcpListener,
+    accepting: CancellationToken,
+    graceful: Arc<GracefulShutdown>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = accepting.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, _peer) = match accepted {
+            Ok(pair) => pair,
+            Err(e) => {
+                // Out of file descriptors and the like: back off briefly
+                // instead of spinning.
+                warn!(shim, error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let service = service_fn(move |req| {
+            let app = app.clone();
+            async move { Ok::<_, Infallible>(router::handle(app, shim, req).await) }
+        });
+        let conn = hyper::server::conn::http1::Builder::new()
+            .keep_alive(true)
+            .serve_connection(TokioIo::new(stream), service);
+        let watched = graceful.watch(conn);
+        tokio::spawn(async move {
+            // Connection errors are the peer's business (resets, bad HTTP).
+            let _ = watched.await;
+        });
+    }
+}

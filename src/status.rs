@@ -1,0 +1,59 @@
+//! The `/status` document: one JSON with both shims and the chain. Header
+//! values never appear, only names.
+
+use serde_json::{json, Value};
+
+use crate::app::App;
+use crate::config::Config;
+
+/// The whole document.
+pub fn document(app: &App) -> Value {
+    let config = app.config();
+    json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptimeMs": app.started.elapsed().as_millis() as u64,
+        "config": app.config_status(),
+        "qoderShim": shim(app, &config, "qoder"),
+        "traeShim": shim(app, &config, "trae"),
+        "chain": chain(app, &config),
+    })
+}
+
+fn shim(app: &App, config: &Config, name: &str) -> Value {
+    let Some(shim) = config.shim(name) else {
+        return Value::Null;
+    };
+    let mut m = app
+        .shim_stats(name)
+        .base_json(shim.enabled, &shim.listen.to_string());
+    m.insert("compressor".into(), json!(config.compressor_for(name)));
+    m.insert(
+        "targets".into(),
+        json!(shim.routes.iter().map(|r| &r.name).collect::<Vec<_>>()),
+    );
+    Value::Object(m)
+}
+
+fn chain(app: &App, config: &Config) -> Value {
+    let r = &config.retry;
+    let mut v = app.chain.status(
+        &[
+            ("qoder", &config.qoder.routes),
+            ("trae", &config.trae.routes),
+        ],
+        &config.ordering,
+    );
+    if let Some(m) = v.as_object_mut() {
+        m.insert(
+            "retry".into(),
+            json!({
+                "maxRetries": r.max_retries,
+                "initialDelayMs": r.initial_delay.as_millis() as u64,
+                "maxDelayMs": r.max_delay.as_millis() as u64,
+                "jitterRatio": r.jitter_ratio,
+                "retryableCodes": r.retryable.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
+            }),
+        );
+    }
+    v
+}

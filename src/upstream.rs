@@ -1,0 +1,32 @@
+//! The HTTP client every upstream send goes through: pooled keep-alive
+//! connections, TCP_NODELAY, a connect timeout, https via rustls.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+/// The client type.
+pub type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// How long an idle pooled connection is kept (upstream LBs commonly close at 60 s+).
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(50);
+
+/// Builds a client with the given connect timeout.
+pub fn client(connect_timeout: Duration) -> HttpClient {
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(connect_timeout));
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        .build(https)
+}

@@ -1,0 +1,334 @@
+//! The chain-failover rules, shown on pass-through requests (the shims'
+//! return legs use the same engine; their tests cover the content rules).
+
+use std::time::{Duration, Instant};
+
+use http::{Method, StatusCode};
+use serde_json::json;
+
+use crate::support::client::{self, next_chunk};
+use crate::support::upstream::{Reply, Upstream};
+use crate::support::{eventually, Gate};
+
+const PATH: &str = "/api/ide/v1/get_detail_param";
+
+/// A trae-shim config with the given routes and fast backoff.
+fn config(routes: &[(&str, &Upstream)], extra: &str) -> String {
+    let mut t = String::from(
+        "[retry]\ninitial_delay_ms = 10\nmax_delay_ms = 2000\njitter_ratio = 0\nmax_retries = 3\n",
+    );
+    t.push_str(extra);
+    for (name, up) in routes {
+        t.push_str(&format!(
+            "\n[[shims.trae.routes]]\nname = \"{name}\"\nurl = \"{}\"\n",
+            up.url()
+        ));
+    }
+    t
+}
+
+async fn post(gate: &Gate, body: &str) -> client::Resp {
+    client::send(
+        Method::POST,
+        &format!("{}{PATH}", gate.trae),
+        &[("content-type", "application/json")],
+        body.to_string(),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn retries_a_502_then_succeeds() {
+    let up = Upstream::sequence(vec![
+        Reply::json(502, "bad gateway"),
+        Reply::json(502, "bad gateway"),
+        Reply::json(200, r#"{"ok":true}"#),
+    ])
+    .await;
+    let gate = Gate::start(&config(&[("r1", &up)], "")).await;
+    let resp = post(&gate, "{}").await;
+    assert_eq!(resp.status, StatusCode::OK);
+    assert_eq!(resp.json(), json!({"ok": true}));
+    assert_eq!(up.hits(), 3);
+    let st = gate.status().await;
+    let log = st["chain"]["log"].as_array().unwrap();
+    assert_eq!(log.len(), 3);
+    assert_eq!(log[0]["willRetry"], true);
+    assert_eq!(log[0]["code"], "SERVER");
+    assert_eq!(log[1]["try"], 2);
+    assert_eq!(log[2]["ok"], true);
+    let call = &st["chain"]["calls"][0];
+    assert_eq!(call["outcome"], "ok");
+    assert_eq!(call["routes"][0]["tries"], 3);
+}
+
+#[tokio::test]
+async fn retry_after_within_the_cap_is_honoured() {
+    let up = Upstream::sequence(vec![
+        Reply::json_with(429, &[("retry-after", "1")], "slow down"),
+        Reply::json(200, "{}"),
+    ])
+    .await;
+    let gate = Gate::start(&config(&[("r1", &up)], "")).await;
+    let t0 = Instant::now();
+    let resp = post(&gate, "{}").await;
+    assert_eq!(resp.status, StatusCode::OK);
+    assert!(
+        t0.elapsed() >= Duration::from_millis(950),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(up.hits(), 2);
+}
+
+#[tokio::test]
+async fn retry_after_over_the_cap_switches_at_once() {
+    let r1 = Upstream::always(Reply::json_with(429, &[("retry-after", "60")], "slow down")).await;
+    let r2 = Upstream::always(Reply::json(200, "{}")).await;
+    let gate = Gate::start(&config(&[("r1", &r1), ("r2", &r2)], "")).await;
+    let t0 = Instant::now();
+    assert_eq!(post(&gate, "{}").await.status, StatusCode::OK);
+    assert!(t0.elapsed() < Duration::from_secs(1));
+    assert_eq!((r1.hits(), r2.hits()), (1, 1));
+    let call = &gate.status().await["chain"]["calls"][0];
+    assert_eq!(call["routes"][0]["code"], "RATE_LIMIT");
+    assert_eq!(call["routes"][0]["switchedTo"], "r2");
+}
+
+#[tokio::test]
+async fn unauthorized_switches_without_retry() {
+    let r1 = Upstream::always(Reply::json(401, r#"{"error":"bad key"}"#)).await;
+    let r2 = Upstream::always(Reply::json(200, "{}")).await;
+    let gate = Gate::start(&config(&[("r1", &r1), ("r2", &r2)], "")).await;
+    assert_eq!(post(&gate, "{}").await.status, StatusCode::OK);
+    assert_eq!((r1.hits(), r2.hits()), (1, 1));
+}
+
+#[tokio::test]
+async fn context_window_exceeded_never_switches() {
+    let body = r#"{"error":{"code":"context_length_exceeded","message":"too long"}}"#;
+    let r1 = Upstream::always(Reply::json(400, body)).await;
+    let r2 = Upstream::always(Reply::json(200, "{}")).await;
+    let gate = Gate::start(&config(&[("r1", &r1), ("r2", &r2)], "")).await;
+    let resp = post(&gate, "{}").await;
+    assert_eq!(resp.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        resp.text(),
+        body,
+        "the upstream's answer is passed on verbatim"
+    );
+    assert_eq!((r1.hits(), r2.hits()), (1, 0));
+}
+
+#[tokio::test]
+async fn reset_before_the_head_is_retried() {
+    let up = Upstream::sequence(vec![Reply::default().reset(), Reply::json(200, "{}")]).await;
+    let gate = Gate::start(&config(&[("r1", &up)], "")).await;
+    assert_eq!(post(&gate, "{}").await.status, StatusCode::OK);
+    assert_eq!(up.hits(), 2);
+    let log = gate.status().await["chain"]["log"].clone();
+    assert_eq!(log[0]["code"], "TRANSPORT");
+}
+
+#[tokio::test]
+async fn client_leaving_during_backoff_stops_the_retries() {
+    let up = Upstream::always(Reply::json(502, "down")).await;
+    let gate = Gate::start(&format!(
+        "[retry]\ninitial_delay_ms = 800\nmax_delay_ms = 2000\njitter_ratio = 0\n[[shims.trae.routes]]\nname = \"r1\"\nurl = \"{}\"\n",
+        up.url()
+    ))
+    .await;
+    let url = format!("{}{PATH}", gate.trae);
+    let leave = tokio::time::timeout(Duration::from_millis(300), client::get(&url)).await;
+    assert!(leave.is_err(), "the call should still be backing off");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(up.hits(), 1, "no retry after the client left");
+    let st = gate.status().await;
+    assert_eq!(st["chain"]["calls"][0]["outcome"], "aborted");
+}
+
+#[tokio::test]
+async fn client_leaving_mid_stream_closes_the_upstream_connection() {
+    let up = Upstream::always(
+        Reply::head(200, &[("content-type", "text/plain")])
+            .chunk("first")
+            .hold(),
+    )
+    .await;
+    let gate = Gate::start(&config(&[("r1", &up)], "")).await;
+    let resp = client::open(Method::GET, &format!("{}{PATH}", gate.trae), &[], "").await;
+    let mut body = resp.into_body();
+    assert_eq!(&next_chunk(&mut body).await.unwrap()[..], b"first");
+    drop(body);
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            up.peer_gone.load(std::sync::atomic::Ordering::SeqCst) == 1
+        })
+        .await,
+        "upstream connection still open"
+    );
+}
+
+#[tokio::test]
+async fn quota_cools_the_route_then_it_comes_back() {
+    let r1 = Upstream::sequence(vec![
+        Reply::json(402, "payment required"),
+        Reply::json(200, r#"{"r":1}"#),
+    ])
+    .await;
+    let r2 = Upstream::always(Reply::json(200, r#"{"r":2}"#)).await;
+    let gate = Gate::start(&config(
+        &[("r1", &r1), ("r2", &r2)],
+        "[ordering]\nquota_cooldown_ms = 600\n",
+    ))
+    .await;
+    assert_eq!(post(&gate, "{}").await.json(), json!({"r": 2}));
+    assert_eq!(post(&gate, "{}").await.json(), json!({"r": 2}));
+    assert_eq!(r1.hits(), 1, "the cooling route is skipped");
+    let st = gate.status().await;
+    assert_eq!(st["chain"]["ordering"]["cooldown"][0]["route"], "r1");
+    assert_eq!(
+        st["chain"]["ordering"]["effective"]["trae"][0]["cooling"],
+        true
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(post(&gate, "{}").await.json(), json!({"r": 1}));
+    assert_eq!(r1.hits(), 2);
+}
+
+#[tokio::test]
+async fn a_route_at_its_concurrency_cap_is_skipped() {
+    let r1 = Upstream::always(
+        Reply::head(200, &[("content-type", "text/plain")])
+            .chunk("slow")
+            .sleep(800)
+            .end(),
+    )
+    .await;
+    let r2 = Upstream::always(Reply::json(200, r#"{"r":2}"#)).await;
+    let mut toml = config(&[("r1", &r1), ("r2", &r2)], "");
+    toml = toml.replacen("name = \"r1\"\n", "name = \"r1\"\nmax_concurrency = 1\n", 1);
+    let gate = Gate::start(&toml).await;
+    let first = client::open(Method::POST, &format!("{}{PATH}", gate.trae), &[], "{}").await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(post(&gate, "{}").await.json(), json!({"r": 2}));
+    assert_eq!((r1.hits(), r2.hits()), (1, 1));
+    let call = &gate.status().await["chain"]["calls"][0];
+    assert_eq!(call["routes"][0]["code"], "CAPACITY");
+    drop(first);
+}
+
+#[tokio::test]
+async fn all_routes_failing_gives_502_listing_each_route() {
+    let r1 = Upstream::always(Reply::json(500, "boom")).await;
+    let r2 = Upstream::always(Reply::json(403, "bad key")).await;
+    let gate = Gate::start(
+        &config(&[("r1", &r1), ("r2", &r2)], "").replace("max_retries = 3", "max_retries = 1"),
+    )
+    .await;
+    let resp = post(&gate, "{}").await;
+    assert_eq!(resp.status, StatusCode::BAD_GATEWAY);
+    let err = &resp.json()["error"];
+    assert_eq!(err["code"], "AUTO_ROUTES_EXHAUSTED");
+    assert_eq!(err["routes"][0]["route"], "r1");
+    assert_eq!(err["routes"][0]["code"], "SERVER");
+    assert_eq!(err["routes"][0]["tries"], 2);
+    assert_eq!(err["routes"][1]["route"], "r2");
+    assert_eq!(err["routes"][1]["code"], "AUTH");
+    assert_eq!(err["routes"][1]["tries"], 1);
+    assert!(err["routes"][1]["elapsedMs"].is_u64());
+    assert!(err["message"].as_str().unwrap().contains("r2 -> AUTH"));
+}
+
+#[tokio::test]
+async fn housekeeping_calls_get_one_try_on_the_first_route() {
+    let r1 = Upstream::always(Reply::json(502, "down")).await;
+    let r2 = Upstream::always(Reply::json(200, "{}")).await;
+    let gate = Gate::start(&config(&[("r1", &r1), ("r2", &r2)], "")).await;
+    let resp = post(&gate, r#"{"purpose":"compaction","messages":[]}"#).await;
+    assert_eq!(resp.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(resp.text(), "down");
+    assert_eq!((r1.hits(), r2.hits()), (1, 0));
+}
+
+#[tokio::test]
+async fn no_routes_answers_502_no_routes() {
+    let gate = Gate::start("").await;
+    let resp = post(&gate, "{}").await;
+    assert_eq!(resp.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(resp.json()["error"]["code"], "NO_ROUTES");
+}
+
+#[tokio::test]
+async fn body_over_the_limit_is_413() {
+    let up = Upstream::always(Reply::json(200, "{}")).await;
+    let gate = Gate::start(&config(&[("r1", &up)], "[limits]\nmax_body_bytes = 16\n")).await;
+    assert_eq!(post(&gate, &"x".repeat(16)).await.status, StatusCode::OK);
+    let resp = post(&gate, &"x".repeat(17)).await;
+    assert_eq!(resp.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(resp.json()["error"]["code"], "REQUEST_TOO_LARGE");
+    assert_eq!(up.hits(), 1);
+}
+
+#[tokio::test]
+async fn pass_through_keeps_method_path_query_headers_and_body() {
+    let up = Upstream::always(Reply::json(200, "{}")).await;
+    let gate = Gate::start(&config(&[("r1", &up)], "")).await;
+    client::send(
+        Method::PUT,
+        &format!("{}/some/path?x=1&y=%20", gate.trae),
+        &[("x-custom", "yes"), ("authorization", "Bearer abc")],
+        "raw body bytes",
+    )
+    .await;
+    let req = &up.requests()[0];
+    assert_eq!(req.method, "PUT");
+    assert_eq!(req.path, "/some/path?x=1&y=%20");
+    assert_eq!(req.header("x-custom"), Some("yes"));
+    assert_eq!(req.header("authorization"), Some("Bearer abc"));
+    assert_eq!(req.body, b"raw body bytes");
+}
+
+#[tokio::test]
+async fn status_names_headers_but_never_shows_their_values() {
+    let up = Upstream::always(Reply::json(200, "{}")).await;
+    let toml = config(&[("r1", &up)], "").replace(
+        "name = \"r1\"\n",
+        "name = \"r1\"\nheaders = { \"X-Route-Token\" = \"tok-route-secret\" }\n",
+    );
+    let gate = Gate::start(&toml).await;
+    client::send(
+        Method::POST,
+        &format!("{}{PATH}", gate.trae),
+        &[("authorization", "Bearer sk-client-secret")],
+        "{}",
+    )
+    .await;
+    assert_eq!(
+        up.requests()[0].header("x-route-token"),
+        Some("tok-route-secret")
+    );
+    let text = gate.status().await.to_string();
+    assert!(text.contains("x-route-token"));
+    assert!(!text.contains("tok-route-secret"));
+    assert!(!text.contains("sk-client-secret"));
+}
+
+#[tokio::test]
+async fn a_port_in_use_shows_start_error_while_the_other_shim_serves() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = Upstream::always(Reply::json(200, r#"{"ok":1}"#)).await;
+    let mut cfg = shimgate::config::Config::from_toml(&config(&[("r1", &up)], "")).unwrap();
+    cfg.qoder.listen = taken.local_addr().unwrap();
+    cfg.trae.listen = "127.0.0.1:0".parse().unwrap();
+    let gate = Gate::start_config(cfg).await;
+    assert!(gate.qoder.is_empty());
+    let st = gate.status().await;
+    assert_eq!(st["qoderShim"]["listening"], false);
+    assert!(st["qoderShim"]["startError"]
+        .as_str()
+        .unwrap()
+        .contains("cannot listen"));
+    assert_eq!(st["traeShim"]["listening"], true);
+    assert_eq!(post(&gate, "{}").await.json(), json!({"ok": 1}));
+}

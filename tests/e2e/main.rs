@@ -1,0 +1,7 @@
+//! End-to-end tests: real loopback upstreams, real shimgate listeners.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod chain;

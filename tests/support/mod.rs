@@ -1,0 +1,91 @@
+//! Shared pieces of the end-to-end tests: a scripted upstream, an HTTP
+//! client, and shimgate itself started in-process on port 0.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+pub mod client;
+pub mod upstream;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use shimgate::config::Config;
+use shimgate::server::{self, Running};
+
+/// shimgate running in this process, both listeners on free ports.
+pub struct Gate {
+    pub running: Option<Running>,
+    pub qoder: String,
+    pub trae: String,
+}
+
+impl Gate {
+    /// Starts shimgate with a config given as TOML (listen addresses are
+    /// replaced by port 0).
+    pub async fn start(toml: &str) -> Gate {
+        let mut config = Config::from_toml(toml).expect("test config");
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        config.qoder.listen = any;
+        config.trae.listen = any;
+        Gate::start_config(config).await
+    }
+
+    /// Starts shimgate with a ready config.
+    pub async fn start_config(config: Config) -> Gate {
+        let running = server::start(config).await;
+        let url = |n| {
+            running
+                .addr(n)
+                .map(|a| format!("http://{a}"))
+                .unwrap_or_default()
+        };
+        Gate {
+            qoder: url("qoder"),
+            trae: url("trae"),
+            running: Some(running),
+        }
+    }
+
+    /// `/status` as JSON (read from the qoder listener, else trae).
+    pub async fn status(&self) -> serde_json::Value {
+        let base = if self.qoder.is_empty() {
+            &self.trae
+        } else {
+            &self.qoder
+        };
+        client::get(&format!("{base}/status")).await.json()
+    }
+
+    /// Stops the listeners with a grace period.
+    pub async fn stop(mut self, grace: Duration) {
+        if let Some(r) = self.running.take() {
+            r.shutdown(grace).await;
+        }
+    }
+}
+
+/// Retries `check` until it holds or `patience` passes (no fixed sleeps).
+pub async fn eventually<F, Fut>(patience: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = std::time::Instant::now();
+    loop {
+        if check().await {
+            return true;
+        }
+        if start.elapsed() > patience {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The `data:` payloads of an SSE body, in order.
+pub fn sse_data(body: &[u8]) -> Vec<String> {
+    shimgate_shim_api::sse::parse_all(body)
+        .unwrap()
+        .into_iter()
+        .map(|e| String::from_utf8_lossy(&e.data).into_owned())
+        .collect()
+}
