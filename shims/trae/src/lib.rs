@@ -1,1 +1,97 @@
-//! The trae protocol for shimgate (placeholder until the shim lands).
+//! The trae protocol for shimgate: the SOLO request folded into OpenAI form
+//! and restored, and the answer translated SOLO → OpenAI (return leg) and
+//! OpenAI → SOLO (ingress). Bytes and JSON in, bytes and JSON out; no
+//! sockets.
+//!
+//! Module map: [`fold`] and [`restore`] for the request; [`to_openai`] (the
+//! return leg) and [`to_solo`] (the ingress) for the answer, which share
+//! [`solo`] (reading SOLO frames), [`ext`] (the `x_solo` extension) and
+//! [`classify`] (business codes → failure classes); [`testkit`] holds the
+//! digest, the pipeline and the billion-context simulation that the tests,
+//! fuzz targets and benches use.
+
+use serde_json::Value;
+use shimgate_shim_api::{Folded, Shim, ShimError};
+
+pub mod classify;
+pub mod ext;
+pub mod fold;
+mod json_scan;
+mod json_write;
+pub mod restore;
+pub mod solo;
+pub mod testkit;
+pub mod to_openai;
+pub mod to_solo;
+
+pub use ext::EXT_KEY;
+pub use to_openai::ToOpenAi;
+pub use to_solo::ToSolo;
+
+/// The path of SOLO's chat call, the only request the ingress takes over.
+pub const INFERENCE_PATH: &str = "/api/agent/v3/llm_utils_chat";
+
+/// The trae shim. It holds no state: everything per request lives in the
+/// `Original` (the parsed SOLO body) and the translators.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TraeShim;
+
+impl TraeShim {
+    /// The shim.
+    pub fn new() -> TraeShim {
+        TraeShim
+    }
+}
+
+impl Shim for TraeShim {
+    /// The SOLO body as the agent sent it, parsed with key order preserved.
+    type Original = Value;
+    type ReturnLeg = ToOpenAi;
+    type Ingress = ToSolo;
+
+    fn name(&self) -> &'static str {
+        "trae"
+    }
+
+    /// `POST /api/agent/v3/llm_utils_chat`, with or without a query.
+    fn is_inference(&self, method: &str, path: &str) -> bool {
+        let path = path.split(['?', '#']).next().unwrap_or_default();
+        method.eq_ignore_ascii_case("POST") && path == INFERENCE_PATH
+    }
+
+    fn fold(&self, native: &[u8]) -> Result<Folded<Value>, ShimError> {
+        let original: Value = serde_json::from_slice(native)
+            .map_err(|e| ShimError::new(format!("trae body is not JSON: {e}")))?;
+        let openai = fold::fold_body(&original)?;
+        Ok(Folded { openai, original })
+    }
+
+    fn restore(&self, original: &Value, openai: &Value) -> Result<Vec<u8>, ShimError> {
+        restore::restore_body(original, openai)
+    }
+
+    fn return_leg(&self, request: &Value) -> ToOpenAi {
+        ToOpenAi::new(request)
+    }
+
+    fn ingress(&self, _original: &Value) -> ToSolo {
+        ToSolo::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_post_to_the_chat_path_is_inference() {
+        let s = TraeShim;
+        assert!(s.is_inference("POST", INFERENCE_PATH));
+        assert!(s.is_inference("POST", "/api/agent/v3/llm_utils_chat?x=1"));
+        assert!(!s.is_inference("GET", INFERENCE_PATH));
+        assert!(!s.is_inference("POST", "/api/ide/v1/get_detail_param"));
+        assert!(!s.is_inference("POST", "/api/agent/v3/llm_utils_chat/x"));
+        assert!(!s.is_inference("POST", "/x/api/agent/v3/llm_utils_chat"));
+        assert_eq!(s.name(), "trae");
+    }
+}

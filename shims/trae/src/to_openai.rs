@@ -1,0 +1,390 @@
+//! The return leg: the upstream's SOLO SSE becomes bare OpenAI SSE that a
+//! compression proxy can read (one `data:` line per chunk, `\n\n` between
+//! chunks, `data: [DONE]` last), with everything else kept in `x_solo`.
+//!
+//! Per SOLO event:
+//!
+//! * `output` → a chunk with `delta.content` / `reasoning_content` /
+//!   `tool_calls` (`function_call` → `function`; empty `id`/`name` left out;
+//!   `index` or the list position). Text and tool calls of one frame become
+//!   two chunks (see [`crate::ext`]). `Content` when it holds text, reasoning
+//!   or a tool-call fragment; an `output` with nothing to stream is carried.
+//! * `done` (or a bare `data: [DONE]`) → a carrier (exact payload), the
+//!   finish chunk (`tool_calls` when a named call was streamed, else SOLO's
+//!   reason), the usage chunk (unless the request set
+//!   `stream_options.include_usage: false`), `[DONE]`: `End`.
+//! * `error` → a carrier, `{"error":{"code","message","type"}}`, `[DONE]`:
+//!   `Error` (classified by business code).
+//! * `token_usage` → a carrier now; the standard usage chunk at the end.
+//! * anything else (`metadata`, `timing_cost`, `extra_info`, queue and
+//!   unknown events) → a carrier, `NotContent`. `extra_info` repeats the
+//!   whole reasoning, so it never becomes `reasoning_content`.
+//!
+//! After the stream ended every call writes nothing and returns how it
+//! ended, so a `done` after an `error` is never a success. End of input
+//! without `done` is a cut stream (the trait's default): the chain reports
+//! it through [`fail`](StreamTranslator::fail).
+
+use bytes::{BufMut, Bytes, BytesMut};
+use serde_json::Value;
+use shimgate_shim_api::sse::{SseEvent, DONE_FRAME};
+use shimgate_shim_api::{Failure, FailureCode, FrameClass, StreamTranslator};
+
+use crate::classify::{openai_error_type, SoloError};
+use crate::ext::{failure_payload, EXT_KEY};
+use crate::json_scan;
+use crate::json_write as jw;
+use crate::solo::{openai_usage, Output, ToolDelta};
+
+/// The return-leg translator for one upstream attempt.
+#[derive(Debug)]
+pub struct ToOpenAi {
+    /// `data: {"id":…,"object":…,"created":…,"model":…,"choices":[`, shared
+    /// by every chunk of the answer.
+    head: Vec<u8>,
+    include_usage: bool,
+    last_id: Option<Bytes>,
+    named_call: bool,
+    usage: Option<Vec<u8>>,
+    ended: Option<FrameClass>,
+}
+
+impl ToOpenAi {
+    /// A translator with a fresh `chatcmpl-…` id and the current time;
+    /// `request` is the OpenAI body the proxy sent (for `model` and
+    /// `stream_options.include_usage`).
+    pub fn new(request: &Value) -> ToOpenAi {
+        let id = format!("chatcmpl-{:016x}", fastrand::u64(..));
+        let created = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        ToOpenAi::with_identity(request, &id, created)
+    }
+
+    /// A translator with a given chunk id and `created` time (for tests).
+    pub fn with_identity(request: &Value, id: &str, created: u64) -> ToOpenAi {
+        let model = request.get("model").and_then(Value::as_str).unwrap_or("");
+        let mut head = Vec::with_capacity(96 + id.len() + model.len());
+        head.extend_from_slice(b"data: {\"id\":");
+        jw::string(&mut head, id);
+        head.extend_from_slice(b",\"object\":\"chat.completion.chunk\",\"created\":");
+        jw::uint(&mut head, created);
+        head.extend_from_slice(b",\"model\":");
+        jw::string(&mut head, model);
+        head.extend_from_slice(b",\"choices\":[");
+        let include_usage = request
+            .pointer("/stream_options/include_usage")
+            .and_then(Value::as_bool)
+            != Some(false);
+        ToOpenAi {
+            head,
+            include_usage,
+            last_id: None,
+            named_call: false,
+            usage: None,
+            ended: None,
+        }
+    }
+
+    /// Writes a chunk whose only choice has `delta` (the text between the
+    /// braces) and finish reason, then the `x_solo` text if any.
+    fn chunk(&self, out: &mut BytesMut, delta: &[u8], finish: Option<&str>, ext: &Ext) {
+        out.reserve(self.head.len() + delta.len() + ext.buf.len() + 64);
+        out.put_slice(&self.head);
+        out.put_slice(b"{\"index\":0,\"delta\":{");
+        out.put_slice(delta);
+        out.put_slice(b"},\"finish_reason\":");
+        match finish {
+            Some(reason) => jw::string(out, reason),
+            None => out.put_slice(b"null"),
+        }
+        out.put_slice(b"}]");
+        ext.close_into(out);
+        out.put_slice(b"}\n\n");
+    }
+
+    /// Carries a whole SOLO event verbatim in a content-free chunk.
+    fn carrier(&mut self, ev: &SseEvent, out: &mut BytesMut) {
+        self.last_id = ev.id.clone();
+        let mut ext = Ext::default();
+        ext.key(b"event");
+        match &ev.event {
+            Some(name) => jw::string(&mut ext.buf, &String::from_utf8_lossy(name)),
+            None => ext.buf.put_slice(b"null"),
+        }
+        if let Some(id) = &ev.id {
+            ext.key(b"id");
+            jw::string(&mut ext.buf, &String::from_utf8_lossy(id));
+        }
+        ext.retry(ev.retry);
+        match std::str::from_utf8(&ev.data) {
+            Ok(_) if json_scan::is_valid(&ev.data) => {
+                ext.key(b"data");
+                jw::raw_one_line(&mut ext.buf, &ev.data);
+            }
+            _ => {
+                ext.key(b"text");
+                jw::string(&mut ext.buf, &String::from_utf8_lossy(&ev.data));
+            }
+        }
+        self.chunk(out, b"\"role\":\"assistant\",\"content\":\"\"", None, &ext);
+    }
+
+    fn output(&mut self, ev: &SseEvent, out: &mut BytesMut) -> FrameClass {
+        let Some(o) = Output::parse(&ev.data).filter(Output::is_content) else {
+            self.carrier(ev, out);
+            return FrameClass::NotContent;
+        };
+        self.named_call |= o.tools.iter().any(|t| !t.name.is_empty());
+        let mut ext = Ext::default();
+        if ev.id != self.last_id {
+            ext.key(b"id");
+            let id = ev.id.as_deref().unwrap_or_default();
+            jw::string(&mut ext.buf, &String::from_utf8_lossy(id));
+            self.last_id = ev.id.clone();
+        }
+        ext.retry(ev.retry);
+        if !o.extra.is_empty() {
+            ext.key(b"output");
+            ext.buf.put_u8(b'{');
+            for (i, (k, v)) in o.extra.iter().enumerate() {
+                if i > 0 {
+                    ext.buf.put_u8(b',');
+                }
+                ext.buf.put_slice(k);
+                ext.buf.put_u8(b':');
+                jw::raw_one_line(&mut ext.buf, v);
+            }
+            ext.buf.put_u8(b'}');
+        }
+        let text = o.has_text() || o.has_reasoning();
+        let split = text && !o.tools.is_empty();
+        if split {
+            ext.key(b"continues");
+            ext.buf.put_slice(b"true");
+        }
+        let mut delta = Vec::with_capacity(o.response.len() + o.reasoning.len() + 48);
+        if o.has_text() {
+            delta.put_slice(b"\"content\":");
+            delta.put_slice(o.response);
+        }
+        if o.has_reasoning() {
+            if !delta.is_empty() {
+                delta.put_u8(b',');
+            }
+            delta.put_slice(b"\"reasoning_content\":");
+            delta.put_slice(o.reasoning);
+        }
+        if split {
+            self.chunk(out, &delta, None, &ext);
+            delta.clear();
+            ext = Ext::default();
+        }
+        if !o.tools.is_empty() {
+            if !delta.is_empty() {
+                delta.put_u8(b',');
+            }
+            tool_calls(&mut delta, &o.tools);
+            tool_extras(&mut ext, &o.tools);
+        }
+        self.chunk(out, &delta, None, &ext);
+        FrameClass::Content
+    }
+
+    fn finish(&mut self, done: Option<&SseEvent>, out: &mut BytesMut) -> FrameClass {
+        let mut reason = String::from("stop");
+        if let Some(ev) = done {
+            self.carrier(ev, out);
+            let data: Option<Value> = serde_json::from_slice(&ev.data).ok();
+            if let Some(r) = data.as_ref().and_then(|d| d.get("finish_reason")?.as_str()) {
+                reason = r.to_owned();
+            }
+        }
+        if self.named_call {
+            reason = String::from("tool_calls");
+        }
+        self.chunk(out, b"", Some(&reason), &Ext::default());
+        if let (true, Some(usage)) = (self.include_usage, &self.usage) {
+            out.put_slice(&self.head);
+            out.put_slice(b"],\"usage\":");
+            out.put_slice(usage);
+            out.put_slice(b"}\n\n");
+        }
+        out.put_slice(DONE_FRAME);
+        self.ended = Some(FrameClass::End);
+        FrameClass::End
+    }
+
+    /// The standard error frame and `[DONE]`, after the carrier.
+    fn error_frames(&mut self, code: &str, failure: &Failure, out: &mut BytesMut) -> FrameClass {
+        out.put_slice(b"data: {\"error\":{\"code\":");
+        jw::string(out, code);
+        out.put_slice(b",\"message\":");
+        jw::string(out, &failure.message);
+        out.put_slice(b",\"type\":");
+        jw::string(out, openai_error_type(failure.code));
+        out.put_slice(b"}}\n\n");
+        out.put_slice(DONE_FRAME);
+        let class = FrameClass::Error(failure.clone());
+        self.ended = Some(class.clone());
+        class
+    }
+}
+
+/// The `x_solo` object being built (empty = no extension member).
+#[derive(Default)]
+struct Ext {
+    buf: Vec<u8>,
+}
+
+impl Ext {
+    fn key(&mut self, name: &[u8]) {
+        self.buf
+            .put_u8(if self.buf.is_empty() { b'{' } else { b',' });
+        self.buf.put_u8(b'"');
+        self.buf.put_slice(name);
+        self.buf.put_slice(b"\":");
+    }
+
+    fn retry(&mut self, retry: Option<u64>) {
+        if let Some(ms) = retry {
+            self.key(b"retry");
+            jw::uint(&mut self.buf, ms);
+        }
+    }
+
+    fn close_into(&self, out: &mut BytesMut) {
+        if !self.buf.is_empty() {
+            out.put_slice(b",\"");
+            out.put_slice(EXT_KEY.as_bytes());
+            out.put_slice(b"\":");
+            out.put_slice(&self.buf);
+            out.put_u8(b'}');
+        }
+    }
+}
+
+/// Writes `"tool_calls":[…]` in OpenAI form.
+fn tool_calls(out: &mut Vec<u8>, tools: &[ToolDelta]) {
+    out.put_slice(b"\"tool_calls\":[");
+    for (i, t) in tools.iter().enumerate() {
+        if i > 0 {
+            out.put_u8(b',');
+        }
+        out.put_slice(b"{\"index\":");
+        jw::uint(out, t.index);
+        if !t.id.is_empty() {
+            out.put_slice(b",\"id\":");
+            jw::string(out, &t.id);
+            out.put_slice(b",\"type\":");
+            jw::string(out, t.kind.as_deref().unwrap_or("function"));
+        }
+        out.put_slice(b",\"function\":{");
+        if !t.name.is_empty() {
+            out.put_slice(b"\"name\":");
+            jw::string(out, &t.name);
+            out.put_u8(b',');
+        }
+        out.put_slice(b"\"arguments\":");
+        jw::string(out, &t.arguments);
+        out.put_slice(b"}}");
+    }
+    out.put_u8(b']');
+}
+
+/// Adds `"tools":[…]` to `x_solo` when a fragment has members OpenAI lacks.
+fn tool_extras(ext: &mut Ext, tools: &[ToolDelta]) {
+    if tools
+        .iter()
+        .all(|t| t.extra.is_empty() && t.function_extra.is_empty())
+    {
+        return;
+    }
+    ext.key(b"tools");
+    ext.buf.put_u8(b'[');
+    for (i, t) in tools.iter().enumerate() {
+        if i > 0 {
+            ext.buf.put_u8(b',');
+        }
+        if t.extra.is_empty() && t.function_extra.is_empty() {
+            ext.buf.put_slice(b"null");
+            continue;
+        }
+        let mut entry = t.extra.clone();
+        if !t.function_extra.is_empty() {
+            entry.insert(
+                "function_call".into(),
+                Value::Object(t.function_extra.clone()),
+            );
+        }
+        jw::value(&mut ext.buf, &Value::Object(entry));
+    }
+    ext.buf.put_u8(b']');
+}
+
+fn is_done_marker(ev: &SseEvent) -> bool {
+    (ev.event.is_none() || ev.is("message")) && ev.data.trim_ascii() == b"[DONE]"
+}
+
+impl StreamTranslator for ToOpenAi {
+    fn event(&mut self, ev: &SseEvent, out: &mut BytesMut) -> FrameClass {
+        if let Some(ended) = &self.ended {
+            return ended.clone();
+        }
+        let name = ev.event.as_deref().unwrap_or_default();
+        match name {
+            b"output" => self.output(ev, out),
+            b"done" => self.finish(Some(ev), out),
+            b"error" => {
+                self.carrier(ev, out);
+                let e = SoloError::parse(&ev.data);
+                let failure = e.failure();
+                let code = e.code.unwrap_or_else(|| failure.code.as_str().to_owned());
+                self.error_frames(&code, &failure, out)
+            }
+            b"token_usage" => {
+                self.carrier(ev, out);
+                if let Some(usage) = openai_usage(&ev.data) {
+                    self.usage = Some(usage);
+                }
+                FrameClass::NotContent
+            }
+            _ if is_done_marker(ev) => self.finish(None, out),
+            _ => {
+                self.carrier(ev, out);
+                FrameClass::NotContent
+            }
+        }
+    }
+
+    fn eof(&mut self, _out: &mut BytesMut) -> FrameClass {
+        match &self.ended {
+            Some(ended) => ended.clone(),
+            None => FrameClass::Error(Failure::new(
+                FailureCode::Transport,
+                "upstream closed the stream before its end frame",
+            )),
+        }
+    }
+
+    fn fail(&mut self, failure: &Failure, out: &mut BytesMut) {
+        if self.ended.is_some() {
+            return;
+        }
+        let payload = failure_payload(failure);
+        let data = serde_json::to_vec(&payload).unwrap_or_default();
+        let ev = SseEvent {
+            event: Some(Bytes::from_static(b"error")),
+            data: Bytes::from(data),
+            id: self.last_id.clone(),
+            retry: None,
+        };
+        self.carrier(&ev, out);
+        let code = match &payload["code"] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        self.error_frames(&code, failure, out);
+    }
+}

@@ -1,0 +1,453 @@
+//! The ingress: bare OpenAI SSE, as the compression proxy relays it, becomes
+//! the SOLO events the TRAE agent reads, using `x_solo` to restore what the
+//! OpenAI leg cannot say.
+//!
+//! It is correct in three situations: straight from our return leg (our
+//! finish, usage and `[DONE]` present), through billion-context (those three
+//! swallowed, its own `stop` finish + usage + `[DONE]` instead, tool calls
+//! re-emitted as one frame, its `📦` text frames added), and through a proxy
+//! that passes everything. Hence:
+//!
+//! * carried events are written back verbatim, with the SSE id they had;
+//! * `token_usage` and `done` are held and written once, at the end: the
+//!   carried ones if any (the last, when a proxy made several rounds), else
+//!   built from the standard usage and finish chunks; a built `done` says
+//!   `tool_calls` whenever a named tool call was streamed;
+//! * an error (carried, or a standard error frame) becomes a SOLO `error`
+//!   with the original code and message and ends the stream (no `done`:
+//!   the chain never reads past an upstream error);
+//! * anything after the end writes nothing.
+//!
+//! [`fail`](StreamTranslator::fail) writes a SOLO `error` built by
+//! [`failure_payload`] and ends the stream.
+
+use bytes::{BufMut, BytesMut};
+use serde_json::{Map, Value};
+use shimgate_shim_api::sse::write_data;
+use shimgate_shim_api::{Failure, FailureCode, FrameClass, StreamTranslator};
+
+use crate::classify::SoloError;
+use crate::ext::{failure_payload, EXT_KEY};
+use crate::json_write as jw;
+
+/// The ingress translator for one answer relayed by the proxy.
+#[derive(Debug, Default)]
+pub struct ToSolo {
+    /// The text half of an `output` whose tool-call half comes next.
+    held: Option<OutputEvent>,
+    /// The SSE last-event-id the upstream had in force.
+    upstream_id: Option<String>,
+    /// The last-event-id the agent's parser holds.
+    agent_id: Option<String>,
+    usage: Option<Carried>,
+    done: Option<Carried>,
+    std_usage: Option<Value>,
+    finish: Option<String>,
+    named_call: bool,
+    ended: Option<FrameClass>,
+}
+
+/// A carried SOLO event's payload.
+#[derive(Debug, Clone)]
+enum Payload {
+    Json(Value),
+    Text(String),
+}
+
+impl Payload {
+    fn bytes(&self) -> Vec<u8> {
+        match self {
+            Payload::Json(v) => serde_json::to_vec(v).unwrap_or_default(),
+            Payload::Text(s) => s.clone().into_bytes(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Carried {
+    payload: Payload,
+    id: Option<String>,
+    retry: Option<u64>,
+}
+
+/// One SOLO `output` event to write.
+#[derive(Debug, Default)]
+struct OutputEvent {
+    response: String,
+    reasoning: String,
+    tools: Vec<Value>,
+    tool_extra: Vec<Value>,
+    extra: Map<String, Value>,
+    id: Option<String>,
+    retry: Option<u64>,
+}
+
+impl ToSolo {
+    /// A fresh translator.
+    pub fn new() -> ToSolo {
+        ToSolo::default()
+    }
+
+    /// Writes one SOLO frame; `id` is the last-event-id the event had
+    /// upstream (`None` = no opinion), written only when the agent's differs.
+    fn frame(
+        &mut self,
+        out: &mut BytesMut,
+        event: Option<&str>,
+        id: Option<Option<&str>>,
+        retry: Option<u64>,
+        data: &[u8],
+    ) {
+        if let Some(name) = event {
+            out.put_slice(b"event: ");
+            out.put_slice(name.replace(['\r', '\n'], "").as_bytes());
+            out.put_u8(b'\n');
+        }
+        if let Some(want) = id {
+            if want != self.agent_id.as_deref() {
+                out.put_slice(b"id: ");
+                out.put_slice(
+                    want.unwrap_or_default()
+                        .replace(['\r', '\n', '\0'], "")
+                        .as_bytes(),
+                );
+                out.put_u8(b'\n');
+                self.agent_id = want.map(str::to_owned);
+            }
+        }
+        if let Some(ms) = retry {
+            out.put_slice(b"retry: ");
+            jw::uint(out, ms);
+            out.put_u8(b'\n');
+        }
+        write_data(out, data);
+    }
+
+    fn write_carried(&mut self, out: &mut BytesMut, name: Option<&str>, c: &Carried) {
+        let data = c.payload.bytes();
+        self.frame(out, name, Some(c.id.as_deref()), c.retry, &data);
+    }
+
+    fn write_output(&mut self, out: &mut BytesMut, ev: OutputEvent) {
+        let mut data = Vec::with_capacity(ev.response.len() + ev.reasoning.len() + 64);
+        data.put_slice(b"{\"response\":");
+        jw::string(&mut data, &ev.response);
+        data.put_slice(b",\"reasoning_content\":");
+        jw::string(&mut data, &ev.reasoning);
+        data.put_slice(b",\"tool_calls\":");
+        if ev.tools.is_empty() {
+            data.put_slice(b"null");
+        } else {
+            let calls: Vec<Value> = ev
+                .tools
+                .iter()
+                .enumerate()
+                .map(|(pos, t)| solo_tool_call(t, pos, ev.tool_extra.get(pos)))
+                .collect();
+            jw::value(&mut data, &Value::Array(calls));
+        }
+        for (k, v) in &ev.extra {
+            if !matches!(k.as_str(), "response" | "reasoning_content" | "tool_calls") {
+                data.put_u8(b',');
+                jw::string(&mut data, k);
+                data.put_u8(b':');
+                jw::value(&mut data, v);
+            }
+        }
+        data.put_u8(b'}');
+        self.frame(out, Some("output"), Some(ev.id.as_deref()), ev.retry, &data);
+    }
+
+    fn flush(&mut self, out: &mut BytesMut) {
+        if let Some(held) = self.held.take() {
+            self.write_output(out, held);
+        }
+    }
+
+    fn carried(&mut self, x: &Value, out: &mut BytesMut) -> FrameClass {
+        let name = x.get("event").and_then(Value::as_str);
+        let payload = match x.get("data") {
+            Some(d) => Payload::Json(d.clone()),
+            None => Payload::Text(
+                x.get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned(),
+            ),
+        };
+        // A carrier states the id in force at its event (absent = none).
+        self.upstream_id = x.get("id").and_then(Value::as_str).map(str::to_owned);
+        let c = Carried {
+            payload,
+            id: self.upstream_id.clone(),
+            retry: x.get("retry").and_then(Value::as_u64),
+        };
+        match name {
+            Some("done") => self.done = Some(c),
+            Some("token_usage") => self.usage = Some(c),
+            Some("error") => {
+                self.flush(out);
+                self.write_carried(out, name, &c);
+                let e = match &c.payload {
+                    Payload::Json(v) => SoloError::from_value(v),
+                    Payload::Text(t) => SoloError::parse(t.as_bytes()),
+                };
+                return self.end_with(FrameClass::Error(e.failure()));
+            }
+            _ => {
+                self.flush(out);
+                self.write_carried(out, name, &c);
+            }
+        }
+        FrameClass::NotContent
+    }
+
+    /// A standard OpenAI error frame that came without a carrier.
+    fn error_frame(&mut self, err: &Value, out: &mut BytesMut) -> FrameClass {
+        let e = SoloError::from_value(&serde_json::json!({ "error": err }));
+        let code = match e.code.as_deref() {
+            Some(c) => match c.parse::<i64>() {
+                Ok(n) => Value::from(n),
+                Err(_) => Value::from(c),
+            },
+            None => Value::Null,
+        };
+        let data = serde_json::json!({"code": code, "message": e.message, "extra": null});
+        self.flush(out);
+        self.frame(
+            out,
+            Some("error"),
+            None,
+            None,
+            &serde_json::to_vec(&data).unwrap_or_default(),
+        );
+        self.end_with(FrameClass::Error(e.failure()))
+    }
+
+    fn output(
+        &mut self,
+        delta: Option<&Value>,
+        x: Option<&Value>,
+        out: &mut BytesMut,
+    ) -> FrameClass {
+        let text = |key: &str| {
+            delta
+                .and_then(|d| d.get(key))
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
+        let response = text("content");
+        let reasoning = text("reasoning_content");
+        let tools = delta
+            .and_then(|d| d.get("tool_calls"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        if let Some(id) = x.and_then(|x| x.get("id")).and_then(Value::as_str) {
+            self.upstream_id = (!id.is_empty()).then(|| id.to_owned());
+        }
+        if response.is_empty() && reasoning.is_empty() && tools.is_empty() {
+            return FrameClass::NotContent;
+        }
+        let content = !response.is_empty()
+            || !reasoning.is_empty()
+            || tools.iter().any(openai_call_is_content);
+        self.named_call |= tools.iter().any(|t| !call_name(t).is_empty());
+        let ext = |key: &str| x.and_then(|x| x.get(key));
+        let ev = OutputEvent {
+            response,
+            reasoning,
+            tool_extra: ext("tools")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
+            extra: ext("output")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default(),
+            tools,
+            id: self.upstream_id.clone(),
+            retry: ext("retry").and_then(Value::as_u64),
+        };
+        let class = if content {
+            FrameClass::Content
+        } else {
+            FrameClass::NotContent
+        };
+        if ext("continues").and_then(Value::as_bool) == Some(true) {
+            self.flush(out);
+            self.held = Some(ev);
+            return class;
+        }
+        if let Some(mut held) = self.held.take() {
+            if ev.response.is_empty() && ev.reasoning.is_empty() {
+                held.tools = ev.tools;
+                held.tool_extra = ev.tool_extra;
+                self.write_output(out, held);
+                return class;
+            }
+            self.write_output(out, held);
+        }
+        self.write_output(out, ev);
+        class
+    }
+
+    /// Writes the held `token_usage` and `done` and ends the stream.
+    fn end(&mut self, out: &mut BytesMut) -> FrameClass {
+        self.flush(out);
+        if let Some(c) = self.usage.take() {
+            self.write_carried(out, Some("token_usage"), &c);
+        } else if let Some(u) = self.std_usage.take() {
+            let data = serde_json::to_vec(&solo_usage(&u)).unwrap_or_default();
+            self.frame(out, Some("token_usage"), None, None, &data);
+        }
+        if let Some(c) = self.done.take() {
+            self.write_carried(out, Some("done"), &c);
+        } else {
+            let reason = match (self.named_call, self.finish.as_deref()) {
+                (true, _) => "tool_calls",
+                (false, Some(r)) => r,
+                (false, None) => "stop",
+            };
+            let data = serde_json::to_vec(&serde_json::json!({ "finish_reason": reason }))
+                .unwrap_or_default();
+            self.frame(out, Some("done"), None, None, &data);
+        }
+        self.end_with(FrameClass::End)
+    }
+
+    fn end_with(&mut self, class: FrameClass) -> FrameClass {
+        self.ended = Some(class.clone());
+        class
+    }
+}
+
+fn call_name(t: &Value) -> &str {
+    t.pointer("/function/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+fn openai_call_is_content(t: &Value) -> bool {
+    let s = |p: &str| t.pointer(p).and_then(Value::as_str).unwrap_or("");
+    !s("/id").is_empty() || !call_name(t).is_empty() || !s("/function/arguments").is_empty()
+}
+
+/// An OpenAI tool-call delta in SOLO form, with its carried extra members.
+fn solo_tool_call(t: &Value, position: usize, extra: Option<&Value>) -> Value {
+    let s = |p: &str| {
+        t.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    };
+    let index = t
+        .get("index")
+        .and_then(Value::as_u64)
+        .unwrap_or(position as u64);
+    let kind = t.get("type").and_then(Value::as_str).unwrap_or("function");
+    let mut function = Map::new();
+    function.insert("name".into(), Value::from(s("/function/name")));
+    function.insert("arguments".into(), Value::from(s("/function/arguments")));
+    let mut call = Map::new();
+    call.insert("index".into(), Value::from(index));
+    call.insert("id".into(), Value::from(s("/id")));
+    call.insert("type".into(), Value::from(kind));
+    if let Some(Value::Object(extra)) = extra {
+        for (k, v) in extra {
+            match (k.as_str(), v) {
+                ("function_call", Value::Object(f)) => {
+                    for (fk, fv) in f {
+                        function.entry(fk.clone()).or_insert_with(|| fv.clone());
+                    }
+                }
+                ("index" | "id" | "type" | "function_call" | "function", _) => {}
+                _ => {
+                    call.insert(k.clone(), v.clone());
+                }
+            }
+        }
+    }
+    call.insert("function_call".into(), Value::Object(function));
+    Value::Object(call)
+}
+
+/// An OpenAI `usage` object in SOLO `token_usage` form.
+fn solo_usage(u: &Value) -> Value {
+    let n = |p: &str| u.pointer(p).and_then(Value::as_u64);
+    let mut m = Map::new();
+    for key in ["prompt_tokens", "completion_tokens", "total_tokens"] {
+        m.insert(key.into(), Value::from(n(&format!("/{key}")).unwrap_or(0)));
+    }
+    if let Some(r) = n("/completion_tokens_details/reasoning_tokens") {
+        m.insert("reasoning_tokens".into(), Value::from(r));
+    }
+    if let Some(c) = n("/prompt_tokens_details/cached_tokens") {
+        m.insert("cached_tokens".into(), Value::from(c));
+    }
+    Value::Object(m)
+}
+
+impl StreamTranslator for ToSolo {
+    fn event(&mut self, ev: &shimgate_shim_api::sse::SseEvent, out: &mut BytesMut) -> FrameClass {
+        if let Some(ended) = &self.ended {
+            return ended.clone();
+        }
+        let data = ev.data.trim_ascii();
+        if data == b"[DONE]" {
+            return self.end(out);
+        }
+        let Ok(v) = serde_json::from_slice::<Value>(data) else {
+            // Not a chunk (a proxy's own noise): nothing the agent can use.
+            return FrameClass::NotContent;
+        };
+        let x = v.get(EXT_KEY).filter(|x| x.is_object());
+        if let Some(x) = x.filter(|x| x.get("event").is_some()) {
+            return self.carried(x, out);
+        }
+        if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
+            return self.error_frame(err, out);
+        }
+        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+            self.std_usage = Some(u.clone());
+        }
+        let Some(choice) = v
+            .get("choices")
+            .and_then(Value::as_array)
+            .and_then(|c| c.first())
+        else {
+            return FrameClass::NotContent;
+        };
+        if let Some(r) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish = Some(r.to_owned());
+        }
+        self.output(choice.get("delta"), x, out)
+    }
+
+    fn eof(&mut self, out: &mut BytesMut) -> FrameClass {
+        if let Some(ended) = &self.ended {
+            return ended.clone();
+        }
+        if self.done.is_some() || self.finish.is_some() {
+            // The answer was complete; only the proxy's `[DONE]` is missing.
+            return self.end(out);
+        }
+        self.flush(out);
+        FrameClass::Error(Failure::new(
+            FailureCode::Transport,
+            "the proxy closed the stream before its end frame",
+        ))
+    }
+
+    fn fail(&mut self, failure: &Failure, out: &mut BytesMut) {
+        if self.ended.is_some() {
+            return;
+        }
+        self.flush(out);
+        let data = serde_json::to_vec(&failure_payload(failure)).unwrap_or_default();
+        let id = self.upstream_id.clone();
+        self.frame(out, Some("error"), Some(id.as_deref()), None, &data);
+        self.ended = Some(FrameClass::Error(failure.clone()));
+    }
+}
