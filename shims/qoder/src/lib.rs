@@ -1,1 +1,99 @@
-//! The qoder protocol for shimgate (placeholder until the shim lands).
+//! The qoder protocol for shimgate: the plaintext ask folded into an OpenAI
+//! chat body and rebuilt from the compressed one, and qoder's envelope SSE
+//! unwrapped into the bare OpenAI frames the compression proxy reads.
+//!
+//! No sockets, no encryption: the runtime hands the ask in and sends the
+//! rebuilt ask through its codec (`plain` or an `exec` co-process); [`codec`]
+//! only holds the public body encoding and the test signature, for tests.
+
+pub mod ask;
+mod chunk;
+pub mod classify;
+pub mod codec;
+mod envelope;
+pub mod frames;
+mod oneline;
+mod scan;
+pub mod unwrap;
+
+use serde_json::Value;
+use shimgate_shim_api::{Folded, Shim, ShimError};
+
+pub use ask::OriginalAsk;
+pub use unwrap::{QoderIngress, QoderReturnLeg, UsagePolicy};
+
+/// The inference path the ingress takes over (any query).
+pub const INFERENCE_PATH: &str = "/algo/api/v2/service/pro/sse/agent_chat_generation";
+
+/// The shim's name: the return-leg path segment and the `/status` key.
+pub const NAME: &str = "qoder";
+
+/// The qoder shim. Stateless: per-request state lives in [`OriginalAsk`]
+/// and in each translator.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QoderShim;
+
+impl QoderShim {
+    /// The shim.
+    pub fn new() -> Self {
+        QoderShim
+    }
+}
+
+impl Shim for QoderShim {
+    type Original = OriginalAsk;
+    type ReturnLeg = QoderReturnLeg;
+    type Ingress = QoderIngress;
+
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    /// `POST` on [`INFERENCE_PATH`]; `path` may carry a query string.
+    fn is_inference(&self, method: &str, path: &str) -> bool {
+        let path = path.split(['?', '#']).next().unwrap_or_default();
+        method.eq_ignore_ascii_case("POST") && path == INFERENCE_PATH
+    }
+
+    fn fold(&self, native: &[u8]) -> Result<Folded<OriginalAsk>, ShimError> {
+        ask::fold(native)
+    }
+
+    fn restore(&self, original: &OriginalAsk, openai: &Value) -> Result<Vec<u8>, ShimError> {
+        ask::restore(original, openai)
+    }
+
+    fn return_leg(&self, request: &Value) -> QoderReturnLeg {
+        QoderReturnLeg::for_request(request)
+    }
+
+    fn ingress(&self, _original: &OriginalAsk) -> QoderIngress {
+        QoderIngress::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inference_path_matches_with_or_without_query() {
+        let shim = QoderShim::new();
+        assert!(shim.is_inference("POST", INFERENCE_PATH));
+        assert!(shim.is_inference(
+            "post",
+            "/algo/api/v2/service/pro/sse/agent_chat_generation?FetchKeys=llm_model_result&Encode=1"
+        ));
+        assert!(!shim.is_inference("GET", INFERENCE_PATH));
+        assert!(!shim.is_inference(
+            "POST",
+            "/algo/api/v2/service/pro/sse/agent_chat_generation/x"
+        ));
+        assert!(!shim.is_inference("POST", "/v1/chat/completions"));
+    }
+
+    #[test]
+    fn name_is_qoder() {
+        assert_eq!(QoderShim::new().name(), "qoder");
+    }
+}

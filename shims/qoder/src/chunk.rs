@@ -1,0 +1,308 @@
+//! What one inner OpenAI chunk means (content, a finish, usage, a timing or
+//! heartbeat frame, an error), read with the zero-allocation cursor and,
+//! only when the cursor is unsure, with `serde_json`.
+
+use serde_json::Value;
+
+use crate::scan::Cursor;
+
+/// The keys of a qoder timing frame (`event:finish` payload and friends).
+const TIMING_KEYS: [&str; 3] = ["firstTokenDuration", "serverDuration", "totalDuration"];
+
+/// What an inner chunk is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Inner {
+    /// Not a JSON object (text, a number, an array): passed on as it is.
+    NotObject,
+    /// `{}`: a heartbeat.
+    Empty,
+    /// Only timing keys: dropped.
+    Timing,
+    /// `{code, message}` or `{error}` without `choices`. `openai_shaped`:
+    /// it has an `error` key, the OpenAI error frame shape.
+    Error { openai_shaped: bool },
+    /// Anything else: a chunk, passed on.
+    Chunk(ChunkFacts),
+}
+
+/// What a chunk carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct ChunkFacts {
+    /// Non-empty `delta.content`, `delta.reasoning_content` or `delta.tool_calls`.
+    pub content: bool,
+    /// A non-empty `finish_reason`.
+    pub finish: bool,
+    /// `usage` with no choice in the chunk.
+    pub usage_only: bool,
+}
+
+/// Keys seen at the top level of a chunk.
+#[derive(Debug, Default)]
+struct TopKeys {
+    count: usize,
+    timing: usize,
+    choices: bool,
+    nonempty_choices: bool,
+    usage: bool,
+    code: bool,
+    message: bool,
+    error: bool,
+}
+
+impl TopKeys {
+    fn verdict(&self, mut facts: ChunkFacts) -> Inner {
+        if self.count == 0 {
+            return Inner::Empty;
+        }
+        if self.timing == self.count {
+            return Inner::Timing;
+        }
+        if !self.choices && (self.error || (self.code && self.message)) {
+            return Inner::Error {
+                openai_shaped: self.error,
+            };
+        }
+        facts.usage_only = self.usage && !self.nonempty_choices;
+        Inner::Chunk(facts)
+    }
+}
+
+/// Reads a chunk: the cursor first, `serde_json` when the cursor is unsure
+/// (escaped keys, malformed text). Text `serde_json` refuses is `NotObject`.
+pub(crate) fn inspect(json: &[u8]) -> Inner {
+    if let Some(inner) = inspect_fast(json) {
+        return inner;
+    }
+    match serde_json::from_slice::<Value>(json) {
+        Ok(value) => inspect_value(&value),
+        Err(_) => Inner::NotObject,
+    }
+}
+
+/// The cursor reading; `None` when unsure.
+fn inspect_fast(json: &[u8]) -> Option<Inner> {
+    let mut c = Cursor::new(json);
+    if c.peek() != Some(b'{') {
+        // Not an object; `serde_json` would say the same or refuse it.
+        return Some(Inner::NotObject);
+    }
+    c.enter_object()?;
+    let mut keys = TopKeys::default();
+    let mut facts = ChunkFacts::default();
+    let mut first = true;
+    while let Some(key) = c.next_key(&mut first)? {
+        if key.escaped {
+            return None;
+        }
+        keys.count += 1;
+        match key.raw(json) {
+            b"choices" => {
+                keys.choices = true;
+                keys.nonempty_choices |= walk_choices(&mut c, &mut facts)?;
+            }
+            b"usage" => keys.usage |= !c.skip_is_null()?,
+            b"error" => keys.error |= !c.skip_is_null()?,
+            b"code" => {
+                keys.code = true;
+                c.skip_value()?;
+            }
+            b"message" => {
+                keys.message = true;
+                c.skip_value()?;
+            }
+            name => {
+                if TIMING_KEYS.iter().any(|t| t.as_bytes() == name) {
+                    keys.timing += 1;
+                }
+                c.skip_value()?;
+            }
+        }
+    }
+    if !c.at_end() {
+        return None;
+    }
+    Some(keys.verdict(facts))
+}
+
+/// Walks `choices`; returns whether it held at least one item.
+fn walk_choices(c: &mut Cursor<'_>, facts: &mut ChunkFacts) -> Option<bool> {
+    if c.peek()? != b'[' {
+        return c.skip_value().map(|()| false);
+    }
+    c.enter_array()?;
+    let mut any = false;
+    let mut first = true;
+    while c.next_item(&mut first)? {
+        any = true;
+        if c.peek()? != b'{' {
+            c.skip_value()?;
+            continue;
+        }
+        c.enter_object()?;
+        let mut first_key = true;
+        while let Some(key) = c.next_key(&mut first_key)? {
+            if key.escaped {
+                return None;
+            }
+            match key.raw(c.buf()) {
+                b"delta" => walk_delta(c, facts)?,
+                b"finish_reason" => facts.finish |= c.skip_is_nonempty_string()?,
+                _ => c.skip_value()?,
+            }
+        }
+    }
+    Some(any)
+}
+
+fn walk_delta(c: &mut Cursor<'_>, facts: &mut ChunkFacts) -> Option<()> {
+    if c.peek()? != b'{' {
+        return c.skip_value();
+    }
+    c.enter_object()?;
+    let mut first = true;
+    while let Some(key) = c.next_key(&mut first)? {
+        if key.escaped {
+            return None;
+        }
+        match key.raw(c.buf()) {
+            b"content" | b"reasoning_content" => facts.content |= c.skip_is_nonempty_string()?,
+            b"tool_calls" => facts.content |= c.skip_is_nonempty_array()?,
+            _ => c.skip_value()?,
+        }
+    }
+    Some(())
+}
+
+/// The same reading on a parsed value (the fallback).
+pub(crate) fn inspect_value(value: &Value) -> Inner {
+    let Some(map) = value.as_object() else {
+        return Inner::NotObject;
+    };
+    let mut keys = TopKeys {
+        count: map.len(),
+        timing: map
+            .keys()
+            .filter(|k| TIMING_KEYS.contains(&k.as_str()))
+            .count(),
+        choices: map.contains_key("choices"),
+        usage: map.get("usage").is_some_and(|u| !u.is_null()),
+        code: map.contains_key("code"),
+        message: map.contains_key("message"),
+        error: map.get("error").is_some_and(|e| !e.is_null()),
+        ..TopKeys::default()
+    };
+    let mut facts = ChunkFacts::default();
+    if let Some(choices) = map.get("choices").and_then(Value::as_array) {
+        keys.nonempty_choices = !choices.is_empty();
+        for choice in choices {
+            let nonempty_str =
+                |v: Option<&Value>| v.and_then(Value::as_str).is_some_and(|s| !s.is_empty());
+            facts.finish |= nonempty_str(choice.get("finish_reason"));
+            let Some(delta) = choice.get("delta").filter(|d| d.is_object()) else {
+                continue;
+            };
+            facts.content |= nonempty_str(delta.get("content"))
+                || nonempty_str(delta.get("reasoning_content"))
+                || delta
+                    .get("tool_calls")
+                    .and_then(Value::as_array)
+                    .is_some_and(|calls| !calls.is_empty());
+        }
+    }
+    keys.verdict(facts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn both(json: &str) -> Inner {
+        let fast = inspect_fast(json.as_bytes());
+        let slow = serde_json::from_str::<Value>(json).map(|v| inspect_value(&v));
+        if let (Some(fast), Ok(slow)) = (fast, slow) {
+            assert_eq!(fast, slow, "fast and serde readings differ for {json}");
+        }
+        inspect(json.as_bytes())
+    }
+
+    fn chunk(content: bool, finish: bool, usage_only: bool) -> Inner {
+        Inner::Chunk(ChunkFacts {
+            content,
+            finish,
+            usage_only,
+        })
+    }
+
+    #[test]
+    fn text_delta_is_content() {
+        let j =
+            r#"{"id":"c","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}"#;
+        assert_eq!(both(j), chunk(true, false, false));
+    }
+
+    #[test]
+    fn reasoning_and_tool_call_deltas_are_content() {
+        let r = r#"{"choices":[{"delta":{"content":null,"reasoning_content":"hmm"}}]}"#;
+        assert_eq!(both(r), chunk(true, false, false));
+        let t =
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{"}}]}}]}"#;
+        assert_eq!(both(t), chunk(true, false, false));
+    }
+
+    #[test]
+    fn role_only_and_empty_deltas_are_not_content() {
+        let j = r#"{"choices":[{"delta":{"role":"assistant","content":"","tool_calls":[]}}]}"#;
+        assert_eq!(both(j), chunk(false, false, false));
+    }
+
+    #[test]
+    fn finish_with_usage_is_a_finish_not_usage_only() {
+        let j = r#"{"choices":[{"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":9}}"#;
+        assert_eq!(both(j), chunk(false, true, false));
+    }
+
+    #[test]
+    fn usage_with_no_choice_is_usage_only() {
+        let j = r#"{"choices":[],"usage":{"prompt_tokens":9}}"#;
+        assert_eq!(both(j), chunk(false, false, true));
+    }
+
+    #[test]
+    fn heartbeat_timing_and_error_shapes() {
+        assert_eq!(both("{ }"), Inner::Empty);
+        assert_eq!(
+            both(r#"{"firstTokenDuration":1,"totalDuration":2,"serverDuration":3}"#),
+            Inner::Timing
+        );
+        assert_eq!(
+            both(r#"{"code":"103","message":"Duplicate request"}"#),
+            Inner::Error {
+                openai_shaped: false
+            }
+        );
+        assert_eq!(
+            both(r#"{"error":{"message":"x"}}"#),
+            Inner::Error {
+                openai_shaped: true
+            }
+        );
+        assert_eq!(
+            both(r#"{"error":null,"choices":[]}"#),
+            chunk(false, false, false)
+        );
+        assert_eq!(both("[1]"), Inner::NotObject);
+        assert_eq!(both("hello"), Inner::NotObject);
+    }
+
+    #[test]
+    fn escaped_keys_fall_back_to_serde() {
+        let j = r#"{"choi\u0063es":[{"delta":{"content":"x"}}]}"#;
+        assert_eq!(inspect_fast(j.as_bytes()), None);
+        assert_eq!(inspect(j.as_bytes()), chunk(true, false, false));
+    }
+
+    #[test]
+    fn malformed_json_is_not_an_object() {
+        assert_eq!(inspect(br#"{"choices":[{"delta":"#), Inner::NotObject);
+    }
+}

@@ -1,0 +1,188 @@
+//! Finds the top-level `body`, `statusCodeValue` and `choices` of a frame
+//! without parsing it, so the unwrapper can tell an envelope from a bare
+//! OpenAI chunk and copy the body out in one pass.
+
+use std::ops::Range;
+
+use crate::scan::{Cursor, RawStr};
+
+/// The envelope's `statusCodeValue`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Status {
+    /// No `statusCodeValue`, or one that is not a number.
+    Absent,
+    /// A number that fits an HTTP status.
+    Code(u16),
+    /// Some other number (negative, fractional, huge): not a success.
+    OtherNumber,
+}
+
+/// The envelope's `body`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Body {
+    /// No `body`, or `null`.
+    Missing,
+    /// A string (to be decoded).
+    Str(RawStr),
+    /// Any other JSON value, as its raw text.
+    Json(Range<usize>),
+}
+
+/// What the top level of a frame holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Top {
+    pub status: Status,
+    pub body: Body,
+    pub has_choices: bool,
+}
+
+impl Top {
+    /// The strict rule (`statusCodeValue` a number and `body` a string), or
+    /// a bare string `body` with no `choices`, which no OpenAI chunk has and
+    /// which the proxy would drop (the looser Jet-Hub rule).
+    pub fn is_envelope(&self) -> bool {
+        match self.status {
+            Status::Code(_) | Status::OtherNumber => true,
+            Status::Absent => matches!(self.body, Body::Str(_)) && !self.has_choices,
+        }
+    }
+}
+
+impl Status {
+    /// Whether the status says success (absent counts as success).
+    pub fn is_success(self) -> bool {
+        matches!(self, Status::Absent | Status::Code(200))
+    }
+
+    /// The status of a failure, when it is a real HTTP status.
+    pub fn failed(self) -> Option<u16> {
+        match self {
+            Status::Code(code) if code != 200 => Some(code),
+            _ => None,
+        }
+    }
+}
+
+/// Scans the top level of an object. `None` when the text is not an object
+/// the cursor can read with confidence (escaped keys, malformed): the caller
+/// asks `serde_json`.
+///
+/// A repeated key keeps its last value, as `serde_json` does.
+pub(crate) fn scan_top(json: &[u8]) -> Option<Top> {
+    let mut c = Cursor::new(json);
+    c.enter_object()?;
+    let mut top = Top {
+        status: Status::Absent,
+        body: Body::Missing,
+        has_choices: false,
+    };
+    let mut first = true;
+    while let Some(key) = c.next_key(&mut first)? {
+        if key.escaped {
+            return None;
+        }
+        match key.raw(json) {
+            b"body" => top.body = read_body(&mut c)?,
+            b"statusCodeValue" => top.status = read_status(&mut c)?,
+            b"choices" => {
+                top.has_choices = true;
+                c.skip_value()?;
+            }
+            _ => c.skip_value()?,
+        }
+    }
+    c.at_end().then_some(top)
+}
+
+fn read_body(c: &mut Cursor<'_>) -> Option<Body> {
+    match c.peek()? {
+        b'"' => c.string().map(Body::Str),
+        b'n' => (c.literal()? == b"null").then_some(Body::Missing),
+        _ => {
+            // `peek` skipped the whitespace: the value starts here.
+            let start = c.offset();
+            c.skip_value()?;
+            Some(Body::Json(start..c.offset()))
+        }
+    }
+}
+
+fn read_status(c: &mut Cursor<'_>) -> Option<Status> {
+    match c.peek()? {
+        b'-' | b'0'..=b'9' => {
+            let digits = c.literal()?;
+            // Plain digits are the norm; anything else must be a JSON number.
+            let plain = digits.iter().all(u8::is_ascii_digit);
+            if !plain && serde_json::from_slice::<serde_json::Number>(digits).is_err() {
+                return None;
+            }
+            Some(
+                std::str::from_utf8(digits)
+                    .ok()
+                    .and_then(|d| d.parse::<u16>().ok())
+                    .map_or(Status::OtherNumber, Status::Code),
+            )
+        }
+        _ => c.skip_value().map(|()| Status::Absent),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelope_fields_are_found_in_any_order() {
+        let j = br#"{"headers":{"Content-Type":["application/json"]},"body":"{\"a\":1}","statusCodeValue":200,"statusCode":"OK"}"#;
+        let top = scan_top(j).unwrap();
+        assert_eq!(top.status, Status::Code(200));
+        let Body::Str(raw) = top.body else {
+            panic!("body not a string")
+        };
+        assert_eq!(raw.raw(j), br#"{\"a\":1}"#);
+        assert!(top.is_envelope() && top.status.is_success());
+    }
+
+    #[test]
+    fn null_and_object_bodies() {
+        let top = scan_top(br#"{"statusCodeValue":200,"body":null}"#).unwrap();
+        assert_eq!(top.body, Body::Missing);
+        let j = br#"{"statusCodeValue":200,"body": {"x":[1]} }"#;
+        let top = scan_top(j).unwrap();
+        let Body::Json(range) = top.body.clone() else {
+            panic!("body not json")
+        };
+        assert_eq!(&j[range], br#"{"x":[1]}"#);
+    }
+
+    #[test]
+    fn bare_chunk_is_not_an_envelope() {
+        let top = scan_top(br#"{"id":"x","choices":[]}"#).unwrap();
+        assert!(!top.is_envelope());
+        let timing = scan_top(br#"{"firstTokenDuration":1}"#).unwrap();
+        assert!(!timing.is_envelope());
+    }
+
+    #[test]
+    fn string_body_without_status_or_choices_is_an_envelope() {
+        let top = scan_top(br#"{"body":"{}"}"#).unwrap();
+        assert!(top.is_envelope() && top.status.is_success());
+    }
+
+    #[test]
+    fn odd_statuses() {
+        let top = scan_top(br#"{"statusCodeValue":-1,"body":"x"}"#).unwrap();
+        assert_eq!(top.status, Status::OtherNumber);
+        assert!(!top.status.is_success());
+        assert!(scan_top(br#"{"statusCodeValue":2-0,"body":"x"}"#).is_none());
+        let top = scan_top(br#"{"statusCodeValue":"200","body":"x"}"#).unwrap();
+        assert_eq!(top.status, Status::Absent);
+    }
+
+    #[test]
+    fn malformed_or_escaped_keys_are_unsure() {
+        assert!(scan_top(br#"{"bo\u0064y":"x"}"#).is_none());
+        assert!(scan_top(br#"{"body":"x""#).is_none());
+        assert!(scan_top(br#"{"body":"x"} trailing"#).is_none());
+    }
+}

@@ -1,0 +1,376 @@
+//! The stream translators: qoder's envelope SSE to bare OpenAI SSE (the
+//! return leg, read by the compression proxy), and the bare OpenAI SSE the
+//! proxy relays back to the qoder agent (the ingress), frame by frame.
+//!
+//! Both run the same [`Unwrapper`]: bare frames pass through it unchanged,
+//! so the ingress also copes with an envelope that slipped through.
+
+use std::borrow::Cow;
+
+use bytes::BytesMut;
+use serde_json::Value;
+use shimgate_shim_api::sse::{SseEvent, DONE_FRAME};
+use shimgate_shim_api::{Failure, FrameClass, StreamTranslator};
+
+use crate::chunk::{self, Inner};
+use crate::classify::{self, UpstreamError};
+use crate::envelope::{scan_top, Body, Status};
+use crate::frames;
+use crate::oneline::{put_one_line, unescape_into};
+
+const DATA_PREFIX: &[u8] = b"data: ";
+
+/// What to do with usage-only chunks (`choices: []` plus `usage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UsagePolicy {
+    /// Pass them on: the proxy decides to compress from `usage.prompt_tokens`.
+    #[default]
+    Keep,
+    /// Drop them: the request said `stream_options.include_usage: false`.
+    DropUsageOnly,
+}
+
+impl UsagePolicy {
+    /// Drops usage-only chunks only when the request explicitly set
+    /// `stream_options.include_usage` to `false`; usage on a finish chunk is
+    /// always kept (it shares the frame with the finish).
+    pub fn for_request(request: &Value) -> Self {
+        match request.pointer("/stream_options/include_usage") {
+            Some(Value::Bool(false)) => UsagePolicy::DropUsageOnly,
+            _ => UsagePolicy::Keep,
+        }
+    }
+}
+
+/// Where an inner chunk came from: an OpenAI error frame that was already
+/// bare is passed on as it is; one inside an envelope is rewritten.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    Envelope,
+    Bare,
+}
+
+/// What becomes of one written frame.
+#[derive(Debug)]
+enum Verdict {
+    Drop,
+    End,
+    Keep(FrameClass),
+    Error { openai_shaped: bool },
+}
+
+/// The frame-by-frame engine behind both translators.
+#[derive(Debug, Default)]
+pub struct Unwrapper {
+    usage: UsagePolicy,
+    /// A `finish_reason` went by: an EOF now is a complete answer.
+    finish_seen: bool,
+    /// The end or error already written; nothing is written after it.
+    terminal: Option<FrameClass>,
+}
+
+impl Unwrapper {
+    /// An engine with the given usage policy.
+    pub fn new(usage: UsagePolicy) -> Self {
+        Unwrapper {
+            usage,
+            ..Unwrapper::default()
+        }
+    }
+
+    /// Translates one event (see [`StreamTranslator::event`]). After an end
+    /// or error it writes nothing and returns that class again.
+    pub fn event(&mut self, event: &SseEvent, out: &mut BytesMut) -> FrameClass {
+        if let Some(done) = &self.terminal {
+            return done.clone();
+        }
+        let class = self.translate(event, out);
+        if matches!(class, FrameClass::End | FrameClass::Error(_)) {
+            self.terminal = Some(class.clone());
+        }
+        class
+    }
+
+    /// The stream closed: complete if a `finish_reason` was seen (the
+    /// qodercli 1.1.5 ending has no `[DONE]`), else cut.
+    pub fn eof(&mut self, out: &mut BytesMut) -> FrameClass {
+        if let Some(done) = &self.terminal {
+            return done.clone();
+        }
+        if self.finish_seen {
+            out.extend_from_slice(DONE_FRAME);
+            self.terminal = Some(FrameClass::End);
+            return FrameClass::End;
+        }
+        FrameClass::Error(Failure::new(
+            shimgate_shim_api::FailureCode::Transport,
+            "upstream closed the stream before its end frame",
+        ))
+    }
+
+    /// Writes the error frame and `[DONE]` for a failure seen outside the
+    /// stream, unless the stream already ended.
+    pub fn fail(&mut self, failure: &Failure, out: &mut BytesMut) {
+        if self.terminal.is_some() {
+            return;
+        }
+        frames::put_failure(out, failure);
+        self.terminal = Some(FrameClass::Error(failure.clone()));
+    }
+
+    fn translate(&mut self, event: &SseEvent, out: &mut BytesMut) -> FrameClass {
+        // `event:finish` carries only timings and ends the answer.
+        if event.is("finish") {
+            return end(out);
+        }
+        if event.is("error") {
+            return upstream_failure(out, classify::event_error(&event.data));
+        }
+        let data = event.data.trim_ascii();
+        if data.is_empty() {
+            return FrameClass::NotContent;
+        }
+        if data == b"[DONE]" {
+            return end(out);
+        }
+        if data.first() != Some(&b'{') {
+            return self.inner(data, Origin::Bare, out);
+        }
+        match scan_top(data) {
+            Some(top) if top.is_envelope() => self.envelope(data, top.status, &top.body, out),
+            Some(_) => self.inner(data, Origin::Bare, out),
+            None => self.parsed(data, out),
+        }
+    }
+
+    /// An envelope read by the cursor: the body is decoded straight into
+    /// `out`, no `Value` built.
+    fn envelope(
+        &mut self,
+        data: &[u8],
+        status: Status,
+        body: &Body,
+        out: &mut BytesMut,
+    ) -> FrameClass {
+        if !status.is_success() {
+            let text = body_text(data, body);
+            return upstream_failure(out, classify::upstream_error(status.failed(), &text));
+        }
+        match body {
+            Body::Missing => FrameClass::NotContent,
+            Body::Json(range) => self.inner(
+                data.get(range.clone()).unwrap_or_default(),
+                Origin::Envelope,
+                out,
+            ),
+            Body::Str(raw) if !raw.escaped => self.inner(raw.raw(data), Origin::Envelope, out),
+            Body::Str(raw) => {
+                let frame_start = out.len();
+                out.extend_from_slice(DATA_PREFIX);
+                if unescape_into(raw.raw(data), out).is_none() {
+                    // An escape serde_json refuses too: let it decide.
+                    out.truncate(frame_start);
+                    return self.parsed(data, out);
+                }
+                self.close_frame(frame_start, Origin::Envelope, out)
+            }
+        }
+    }
+
+    /// The rare frames the cursor was unsure of, read with `serde_json`.
+    fn parsed(&mut self, data: &[u8], out: &mut BytesMut) -> FrameClass {
+        let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(data) else {
+            return self.inner(data, Origin::Bare, out);
+        };
+        let status = match map.get("statusCodeValue") {
+            Some(Value::Number(n)) => n
+                .as_u64()
+                .and_then(|s| u16::try_from(s).ok())
+                .map_or(Status::OtherNumber, Status::Code),
+            _ => Status::Absent,
+        };
+        let body = map.get("body");
+        let string_body = matches!(body, Some(Value::String(_)));
+        let envelope = status != Status::Absent || (string_body && !map.contains_key("choices"));
+        if !envelope {
+            return self.inner(data, Origin::Bare, out);
+        }
+        let text: Cow<'_, [u8]> = match body {
+            None | Some(Value::Null) => Cow::Borrowed(b""),
+            Some(Value::String(s)) => Cow::Borrowed(s.as_bytes()),
+            Some(other) => Cow::Owned(serde_json::to_vec(other).unwrap_or_default()),
+        };
+        if !status.is_success() {
+            return upstream_failure(out, classify::upstream_error(status.failed(), &text));
+        }
+        if matches!(body, None | Some(Value::Null)) {
+            return FrameClass::NotContent;
+        }
+        self.inner(&text, Origin::Envelope, out)
+    }
+
+    /// Writes `data: <chunk>` on one line and judges it.
+    fn inner(&mut self, chunk: &[u8], origin: Origin, out: &mut BytesMut) -> FrameClass {
+        let frame_start = out.len();
+        out.extend_from_slice(DATA_PREFIX);
+        put_one_line(out, chunk);
+        self.close_frame(frame_start, origin, out)
+    }
+
+    /// Judges the chunk written after `frame_start` and keeps, drops or
+    /// replaces the frame.
+    fn close_frame(
+        &mut self,
+        frame_start: usize,
+        origin: Origin,
+        out: &mut BytesMut,
+    ) -> FrameClass {
+        let body_start = frame_start + DATA_PREFIX.len();
+        let verdict = self.judge(out.get(body_start..).unwrap_or_default());
+        match verdict {
+            Verdict::Drop => {
+                out.truncate(frame_start);
+                FrameClass::NotContent
+            }
+            Verdict::End => {
+                out.truncate(frame_start);
+                end(out)
+            }
+            Verdict::Keep(class) => {
+                out.extend_from_slice(b"\n\n");
+                class
+            }
+            Verdict::Error { openai_shaped } => {
+                let body = out.get(body_start..).unwrap_or_default().to_vec();
+                let error = classify::upstream_error(None, &body);
+                if origin == Origin::Bare && openai_shaped {
+                    // Already an OpenAI error frame: pass it on as it is.
+                    out.extend_from_slice(b"\n\n");
+                    out.extend_from_slice(DONE_FRAME);
+                    return FrameClass::Error(error.failure);
+                }
+                out.truncate(frame_start);
+                upstream_failure(out, error)
+            }
+        }
+    }
+
+    fn judge(&mut self, chunk: &[u8]) -> Verdict {
+        let chunk = chunk.trim_ascii();
+        // Heartbeats: body null, "", "null" (and `{}`, below).
+        if chunk.is_empty() || chunk == b"null" {
+            return Verdict::Drop;
+        }
+        if chunk == b"[DONE]" {
+            return Verdict::End;
+        }
+        match chunk::inspect(chunk) {
+            Inner::NotObject => Verdict::Keep(FrameClass::NotContent),
+            Inner::Empty | Inner::Timing => Verdict::Drop,
+            Inner::Error { openai_shaped } => Verdict::Error { openai_shaped },
+            Inner::Chunk(facts) => {
+                if facts.usage_only && self.usage == UsagePolicy::DropUsageOnly {
+                    return Verdict::Drop;
+                }
+                self.finish_seen |= facts.finish;
+                Verdict::Keep(if facts.content {
+                    FrameClass::Content
+                } else {
+                    FrameClass::NotContent
+                })
+            }
+        }
+    }
+}
+
+fn end(out: &mut BytesMut) -> FrameClass {
+    out.extend_from_slice(DONE_FRAME);
+    FrameClass::End
+}
+
+fn upstream_failure(out: &mut BytesMut, error: UpstreamError) -> FrameClass {
+    frames::put_upstream_error(out, &error);
+    FrameClass::Error(error.failure)
+}
+
+/// The decoded text of an error envelope's body.
+fn body_text<'a>(data: &'a [u8], body: &Body) -> Cow<'a, [u8]> {
+    match body {
+        Body::Missing => Cow::Borrowed(b""),
+        Body::Json(range) => Cow::Borrowed(data.get(range.clone()).unwrap_or_default()),
+        Body::Str(raw) if !raw.escaped => Cow::Borrowed(raw.raw(data)),
+        Body::Str(raw) => {
+            let mut text = BytesMut::new();
+            match unescape_into(raw.raw(data), &mut text) {
+                Some(()) => Cow::Owned(text.to_vec()),
+                None => Cow::Borrowed(raw.raw(data)),
+            }
+        }
+    }
+}
+
+/// The return leg: qoder envelope SSE to bare OpenAI SSE.
+#[derive(Debug, Default)]
+pub struct QoderReturnLeg {
+    core: Unwrapper,
+}
+
+impl QoderReturnLeg {
+    /// A translator with the given usage policy.
+    pub fn new(usage: UsagePolicy) -> Self {
+        QoderReturnLeg {
+            core: Unwrapper::new(usage),
+        }
+    }
+
+    /// A translator for the OpenAI body the proxy sent (reads
+    /// `stream_options.include_usage`).
+    pub fn for_request(request: &Value) -> Self {
+        Self::new(UsagePolicy::for_request(request))
+    }
+}
+
+impl StreamTranslator for QoderReturnLeg {
+    fn event(&mut self, event: &SseEvent, out: &mut BytesMut) -> FrameClass {
+        self.core.event(event, out)
+    }
+
+    fn eof(&mut self, out: &mut BytesMut) -> FrameClass {
+        self.core.eof(out)
+    }
+
+    fn fail(&mut self, failure: &Failure, out: &mut BytesMut) {
+        self.core.fail(failure, out);
+    }
+}
+
+/// The ingress: the bare OpenAI SSE the proxy relays, as the qoder agent
+/// reads it (the agent reads bare OpenAI frames, so this is near identity).
+#[derive(Debug, Default)]
+pub struct QoderIngress {
+    core: Unwrapper,
+}
+
+impl QoderIngress {
+    /// A translator for one relayed answer.
+    pub fn new() -> Self {
+        QoderIngress::default()
+    }
+}
+
+impl StreamTranslator for QoderIngress {
+    fn event(&mut self, event: &SseEvent, out: &mut BytesMut) -> FrameClass {
+        self.core.event(event, out)
+    }
+
+    fn eof(&mut self, out: &mut BytesMut) -> FrameClass {
+        self.core.eof(out)
+    }
+
+    fn fail(&mut self, failure: &Failure, out: &mut BytesMut) {
+        self.core.fail(failure, out);
+    }
+}
+
+#[cfg(test)]
+mod tests;
