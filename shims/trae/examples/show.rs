@@ -6,6 +6,12 @@ fn main() {
     let openai = convert(pieces(&solo, 4096));
     println!("--- openai ---\n{}", String::from_utf8_lossy(&openai));
     println!("--- bili ---\n{}", String::from_utf8_lossy(&bili(&openai)));
-    println!("--- agent (direct) ---\n{}", String::from_utf8_lossy(&round_trip(&solo, Proxy::Direct)));
-    println!("--- agent (bili) ---\n{}", String::from_utf8_lossy(&round_trip(&solo, Proxy::Bili)));
+    println!(
+        "--- agent (direct) ---\n{}",
+        String::from_utf8_lossy(&round_trip(&solo, Proxy::Direct))
+    );
+    println!(
+        "--- agent (bili) ---\n{}",
+        String::from_utf8_lossy(&round_trip(&solo, Proxy::Bili))
+    );
 }

@@ -1,6 +1,8 @@
 //! Every SOLO stream in `fixtures/` survives SOLO → OpenAI → SOLO in each
 //! proxy situation, however the bytes are chunked, with well-formed frames.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use bytes::Bytes;
 use shimgate_shim_api::sse::parse_all;
 use shimgate_shim_trae::testkit::{
@@ -18,7 +20,12 @@ fn corpus() -> Vec<(String, Vec<u8>)> {
     assert!(files.len() >= 12, "the corpus went missing");
     files
         .into_iter()
-        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
         .collect()
 }
 
@@ -59,7 +66,11 @@ fn every_two_way_split_and_byte_by_byte_give_identical_output() {
             assert_eq!(split, whole, "{name} split at {at}");
         }
         let agent = rebuild([Bytes::from(whole.clone())]);
-        assert_eq!(rebuild(pieces(&whole, 1)), agent, "{name} ingress byte by byte");
+        assert_eq!(
+            rebuild(pieces(&whole, 1)),
+            agent,
+            "{name} ingress byte by byte"
+        );
         for at in (1..whole.len()).step_by(7) {
             let (a, b) = whole.split_at(at);
             let split = rebuild([Bytes::copy_from_slice(a), Bytes::copy_from_slice(b)]);
@@ -88,7 +99,10 @@ fn the_agent_gets_exactly_one_end_event() {
 fn crlf_fixture_reads_like_its_lf_twin() {
     let corpus = corpus();
     let crlf = &corpus.iter().find(|(n, _)| n == "crlf.sse").unwrap().1;
-    let lf: Vec<u8> = String::from_utf8(crlf.clone()).unwrap().replace("\r\n", "\n").into_bytes();
+    let lf: Vec<u8> = String::from_utf8(crlf.clone())
+        .unwrap()
+        .replace("\r\n", "\n")
+        .into_bytes();
     assert_eq!(convert(pieces(crlf, 3)), convert(pieces(&lf, 5)));
     assert_eq!(digest(crlf), digest(&lf));
     let _ = Proxy::Direct;
