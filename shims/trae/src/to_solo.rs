@@ -14,8 +14,10 @@
 //!   built from the standard usage and finish chunks; a built `done` says
 //!   `tool_calls` whenever a named tool call was streamed;
 //! * an error (carried, or a standard error frame) becomes a SOLO `error`
-//!   with the original code and message and ends the stream (no `done`:
-//!   the chain never reads past an upstream error);
+//!   with the original code and message, written at the end of the relayed
+//!   stream (`[DONE]` or end of input) after any tool call the proxy
+//!   re-emits only then; it ends the stream (no `done`: the chain never
+//!   reads past an upstream error) and returns `Error` at that point;
 //! * anything after the end writes nothing.
 //!
 //! [`fail`](StreamTranslator::fail) writes a SOLO `error` built by
@@ -44,6 +46,8 @@ pub struct ToSolo {
     std_usage: Option<Value>,
     finish: Option<String>,
     named_call: bool,
+    /// An error to write at the end (carried or a standard error frame).
+    error: Option<(Carried, Failure)>,
     ended: Option<FrameClass>,
 }
 
@@ -186,13 +190,11 @@ impl ToSolo {
             Some("done") => self.done = Some(c),
             Some("token_usage") => self.usage = Some(c),
             Some("error") => {
-                self.flush(out);
-                self.write_carried(out, name, &c);
                 let e = match &c.payload {
                     Payload::Json(v) => SoloError::from_value(v),
                     Payload::Text(t) => SoloError::parse(t.as_bytes()),
                 };
-                return self.end_with(FrameClass::Error(e.failure()));
+                self.error = Some((c, e.failure()));
             }
             _ => {
                 self.flush(out);
@@ -203,7 +205,7 @@ impl ToSolo {
     }
 
     /// A standard OpenAI error frame that came without a carrier.
-    fn error_frame(&mut self, err: &Value, out: &mut BytesMut) -> FrameClass {
+    fn error_frame(&mut self, err: &Value) -> FrameClass {
         let e = SoloError::from_value(&serde_json::json!({ "error": err }));
         let code = match e.code.as_deref() {
             Some(c) => match c.parse::<i64>() {
@@ -213,15 +215,13 @@ impl ToSolo {
             None => Value::Null,
         };
         let data = serde_json::json!({"code": code, "message": e.message, "extra": null});
-        self.flush(out);
-        self.frame(
-            out,
-            Some("error"),
-            None,
-            None,
-            &serde_json::to_vec(&data).unwrap_or_default(),
-        );
-        self.end_with(FrameClass::Error(e.failure()))
+        let c = Carried {
+            payload: Payload::Json(data),
+            id: None,
+            retry: None,
+        };
+        self.error = Some((c, e.failure()));
+        FrameClass::NotContent
     }
 
     fn output(
@@ -293,14 +293,22 @@ impl ToSolo {
         class
     }
 
-    /// Writes the held `token_usage` and `done` and ends the stream.
+    /// Writes the held error, or `token_usage` and `done`, and ends the
+    /// stream.
     fn end(&mut self, out: &mut BytesMut) -> FrameClass {
         self.flush(out);
+        // Usage SOLO reported comes before an error too; usage only a proxy
+        // reported is not worth an event on a failed answer.
+        let error = self.error.take();
         if let Some(c) = self.usage.take() {
             self.write_carried(out, Some("token_usage"), &c);
-        } else if let Some(u) = self.std_usage.take() {
+        } else if let (None, Some(u)) = (&error, self.std_usage.take()) {
             let data = serde_json::to_vec(&solo_usage(&u)).unwrap_or_default();
             self.frame(out, Some("token_usage"), None, None, &data);
+        }
+        if let Some((c, failure)) = error {
+            self.write_carried(out, Some("error"), &c);
+            return self.end_with(FrameClass::Error(failure));
         }
         if let Some(c) = self.done.take() {
             self.write_carried(out, Some("done"), &c);
@@ -403,11 +411,17 @@ impl StreamTranslator for ToSolo {
             return FrameClass::NotContent;
         };
         let x = v.get(EXT_KEY).filter(|x| x.is_object());
-        if let Some(x) = x.filter(|x| x.get("event").is_some()) {
+        let carried = x.filter(|x| x.get("event").is_some());
+        let err = v.get("error").filter(|e| !e.is_null());
+        if self.error.is_some() && (carried.is_some() || err.is_some()) {
+            // After an error only the proxy's re-emitted tool calls matter.
+            return FrameClass::NotContent;
+        }
+        if let Some(x) = carried {
             return self.carried(x, out);
         }
-        if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
-            return self.error_frame(err, out);
+        if let Some(err) = err {
+            return self.error_frame(err);
         }
         if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
             self.std_usage = Some(u.clone());
@@ -429,7 +443,7 @@ impl StreamTranslator for ToSolo {
         if let Some(ended) = &self.ended {
             return ended.clone();
         }
-        if self.done.is_some() || self.finish.is_some() {
+        if self.error.is_some() || self.done.is_some() || self.finish.is_some() {
             // The answer was complete; only the proxy's `[DONE]` is missing.
             return self.end(out);
         }

@@ -153,7 +153,8 @@ fn a_standard_error_frame_becomes_a_solo_error_with_the_numeric_code() {
     let mut t = ToSolo::new();
     let mut out = BytesMut::new();
     let ev = parse_all(stream).unwrap();
-    let class = t.event(&ev[0], &mut out);
+    assert_eq!(t.event(&ev[0], &mut out), FrameClass::NotContent);
+    let class = t.event(&ev[1], &mut out);
     assert!(matches!(&class, FrameClass::Error(f) if f.code == FailureCode::Quota));
     assert_eq!(t.event(&ev[1], &mut out), class, "nothing after an error");
     assert_eq!(
@@ -274,4 +275,30 @@ fn classes_are_content_for_deltas_end_at_done_marker_and_not_content_otherwise()
         FrameClass::End
     );
     assert_eq!(names(&out), ["output", "output", "token_usage", "done"]);
+}
+
+#[test]
+fn tool_calls_bili_re_emits_after_an_error_still_precede_the_error() {
+    // Found by the generated round trip: bili writes the collapsed call only
+    // after our error carrier, so the ingress waits for the end to report.
+    let solo = b"event:output\ndata:{\"tool_calls\":[{\"index\":2,\"id\":\"c2\",\"function_call\":{\"name\":\"f\",\"arguments\":\"{\"}}]}\n\n";
+    let agent = rebuild(pieces(&bili(&convert(pieces(solo, 4096))), 4096));
+    let ev = events(&agent);
+    assert_eq!(names(&agent), ["output", "error"]);
+    assert_eq!(ev[0].1["tool_calls"][0]["function_call"]["arguments"], "{");
+    assert_eq!(ev[1].1["code"], "TRANSPORT");
+}
+
+#[test]
+fn usage_reported_before_a_cut_still_reaches_the_agent() {
+    // Found by the generated round trip: held usage was dropped on errors.
+    let solo = b"event:output\ndata:{\"response\":\"a\"}\n\n\
+        event:token_usage\ndata:{\"prompt_tokens\":48,\"completion_tokens\":0,\"total_tokens\":48}\n\n";
+    for stream in [
+        convert(pieces(solo, 4096)),
+        bili(&convert(pieces(solo, 4096))),
+    ] {
+        let agent = rebuild(pieces(&stream, 4096));
+        assert_eq!(names(&agent), ["output", "token_usage", "error"]);
+    }
 }
