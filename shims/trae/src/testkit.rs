@@ -433,7 +433,7 @@ pub fn compare(original: &Digest, rebuilt: &Digest, proxy: Proxy) -> Result<(), 
 /// in; the first byte also picks CRLF or LF line ends.
 pub fn generate(bytes: &[u8]) -> Vec<u8> {
     let mut g = Gen { bytes, at: 0 };
-    let crlf = g.byte() % 4 == 0;
+    let crlf = g.byte() & 3 == 0;
     let mut out = String::new();
     let ev = |out: &mut String, name: Option<&str>, data: &str, id: Option<&str>| {
         if let Some(id) = id {
@@ -558,7 +558,7 @@ pub fn generate(bytes: &[u8]) -> Vec<u8> {
                 id,
             ),
             _ => {
-                if g.byte() % 8 == 0 {
+                if g.byte() & 7 == 0 {
                     ev(&mut out, None, "[DONE]", id);
                 } else {
                     ev(
