@@ -13,6 +13,8 @@ use crate::chain::state::ChainState;
 use crate::chain::ChainCtx;
 use crate::clock::{epoch_ms, iso8601};
 use crate::config::{Config, ConfigError, SHIM_NAMES};
+use crate::host::{self, ShimHost};
+use crate::rid::RidRegistry;
 use crate::upstream::{self, HttpClient};
 
 /// A config together with the client built for its timeouts; replaced whole
@@ -138,6 +140,9 @@ pub struct App {
     pub started: Instant,
     shims: BTreeMap<&'static str, Arc<ShimStats>>,
     reload: Mutex<ReloadState>,
+    /// The rid registry every listener shares.
+    pub rids: RidRegistry,
+    hosts: Vec<Arc<dyn ShimHost>>,
 }
 
 impl App {
@@ -157,7 +162,14 @@ impl App {
                 .map(|n| (*n, Arc::new(ShimStats::new())))
                 .collect(),
             reload: Mutex::default(),
+            rids: RidRegistry::default(),
+            hosts: host::all(),
         })
+    }
+
+    /// The hosted shim called `name`.
+    pub fn host(&self, name: &str) -> Option<Arc<dyn ShimHost>> {
+        self.hosts.iter().find(|h| h.name() == name).cloned()
     }
 
     /// The live snapshot.
@@ -187,6 +199,18 @@ impl App {
             .unwrap_or_else(|| Arc::new(ShimStats::new()))
     }
 
+    /// Swaps in a validated config (the next request uses it; streams in
+    /// flight keep the snapshot they started with).
+    pub fn replace_config(&self, config: Config) -> Arc<Config> {
+        let client = upstream::client(config.timeouts.connect);
+        let config = Arc::new(config);
+        *self.live.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Live {
+            config: config.clone(),
+            client,
+        });
+        config
+    }
+
     /// Re-reads the config file. Routes, retry, ordering and timeouts apply
     /// to the next request; listeners and streams in flight are untouched.
     /// A bad file is rejected and the old config stays.
@@ -204,12 +228,7 @@ impl App {
         state.last_reload_at = Some(SystemTime::now());
         match result {
             Ok(new) => {
-                let client = upstream::client(new.timeouts.connect);
-                let new = Arc::new(new);
-                *self.live.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Live {
-                    config: new.clone(),
-                    client,
-                });
+                let new = self.replace_config(new);
                 state.reloads += 1;
                 state.last_reload_error = None;
                 Ok(new)

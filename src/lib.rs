@@ -1,14 +1,18 @@
 //! shimgate: a loopback gateway that lets a context-compression proxy work
 //! for providers whose wire it cannot read.
 
+pub mod aggregate;
 pub mod app;
 pub mod body;
 pub mod chain;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod exchange;
 pub mod frames;
 pub mod headers;
+pub mod host;
+pub mod rid;
 pub mod router;
 pub mod serve;
 pub mod server;

@@ -12,15 +12,28 @@ use crate::app::App;
 use crate::body::{self, Body};
 use crate::chain::{self, CallSpec, FixedOutbound};
 use crate::headers;
+use crate::host;
 use crate::status;
 
 /// Handles one request on the listener of `shim`.
 pub async fn handle(app: Arc<App>, shim: &'static str, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path();
-    match (req.method(), path) {
-        (&Method::GET, "/status") => body::json_response(StatusCode::OK, &status::document(&app)),
-        _ => passthrough(app, shim, req).await,
+    if req.method() == Method::GET && path == "/status" {
+        return body::json_response(StatusCode::OK, &status::document(&app));
     }
+    if let Some((name, rid)) = host::return_leg_path(path) {
+        if let Some(h) = app.host(name) {
+            let rid = rid.to_string();
+            return h.return_leg(app, rid, req).await;
+        }
+    }
+    let path_and_query = req.uri().path_and_query().map_or(path, |p| p.as_str());
+    if let Some(h) = app.host(shim) {
+        if h.is_inference(req.method().as_str(), path_and_query) {
+            return h.ingress(app, req).await;
+        }
+    }
+    passthrough(app, shim, req).await
 }
 
 /// Why a request body could not be read.

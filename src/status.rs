@@ -27,6 +27,9 @@ fn shim(app: &App, config: &Config, name: &str) -> Value {
         .shim_stats(name)
         .base_json(shim.enabled, &shim.listen.to_string());
     m.insert("compressor".into(), json!(config.compressor_for(name)));
+    if let Some(host) = app.host(name) {
+        m.extend(host.status(app, config));
+    }
     m.insert(
         "targets".into(),
         json!(shim.routes.iter().map(|r| &r.name).collect::<Vec<_>>()),

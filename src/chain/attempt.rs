@@ -55,6 +55,9 @@ pub struct Committed {
     mode: Mode,
 }
 
+// Boxing the SSE state would cost an allocation per call to save stack
+// space in a value that lives once per stream.
+#[allow(clippy::large_enum_variant)]
 enum Mode {
     Sse {
         held: BytesMut,
@@ -76,6 +79,29 @@ impl Committed {
         }
         (self.status, h)
     }
+}
+
+/// Streams a whole SSE body through a translator (no holding back: the
+/// answer is already committed). Used where no failover applies, such as
+/// relaying the compression proxy's answer to the agent.
+pub async fn relay(
+    ctx: &ChainCtx,
+    idle: Duration,
+    body: Incoming,
+    translator: Box<dyn StreamTranslator>,
+    tx: &BodyTx,
+) -> Result<(), Failure> {
+    let committed = Committed {
+        status: StatusCode::OK,
+        headers: HeaderMap::new(),
+        mode: Mode::Sse {
+            held: BytesMut::new(),
+            parser: SseParser::new(),
+            translator,
+            body,
+        },
+    };
+    stream(ctx, idle, committed, tx).await
 }
 
 /// Headers of a translated SSE answer.
@@ -266,11 +292,10 @@ pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCo
 /// ended it (already reported to the client in-band, or `ABORTED`).
 pub async fn stream(
     ctx: &ChainCtx,
-    spec: &CallSpec,
+    idle: Duration,
     committed: Committed,
     tx: &BodyTx,
 ) -> Result<(), Failure> {
-    let idle = spec.timeouts.idle;
     match committed.mode {
         Mode::Raw { mut body } => loop {
             let next = tokio::select! {
@@ -434,7 +459,8 @@ fn client_failure(e: &hyper_util::client::legacy::Error) -> Failure {
     Failure::new(code, text)
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+/// An error with its sources, `a: b: c`.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

@@ -14,6 +14,8 @@
 //! upstream call.
 
 mod attempt;
+
+pub use attempt::{error_chain, relay, sse_headers};
 pub mod policy;
 pub mod state;
 
@@ -37,14 +39,15 @@ use crate::upstream::HttpClient;
 use policy::RetryDecision;
 use state::{AttemptEntry, CallRecord, ChainState, Outcome, RouteReport};
 
+/// The future an [`Outbound`] returns.
+pub type OutboundFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Request<Full<Bytes>>, Failure>> + Send + 'a>>;
+
 /// Builds the upstream request of one attempt on one route. Called again for
 /// every attempt, so a codec can sign each retry afresh.
 pub trait Outbound: Send + Sync + 'static {
     /// The request for `route` (full URL, headers, body).
-    fn request<'a>(
-        &'a self,
-        route: &'a Route,
-    ) -> Pin<Box<dyn Future<Output = Result<Request<Full<Bytes>>, Failure>> + Send + 'a>>;
+    fn request<'a>(&'a self, route: &'a Route) -> OutboundFuture<'a>;
 }
 
 /// Makes a fresh translator for each attempt.
@@ -257,7 +260,8 @@ pub async fn call(ctx: &ChainCtx, spec: CallSpec) -> ChainResponse {
     }
 }
 
-type BodyTx = tokio::sync::mpsc::Sender<Result<Bytes, BoxError>>;
+/// The sending half of a streaming response body.
+pub type BodyTx = tokio::sync::mpsc::Sender<Result<Bytes, BoxError>>;
 
 struct CallLog<'a> {
     ctx: &'a ChainCtx,
@@ -435,7 +439,7 @@ async fn drive(ctx: ChainCtx, spec: CallSpec, mut head_tx: oneshot::Sender<Head>
                         log.finish(Outcome::Aborted, Some(FailureCode::Aborted));
                         return;
                     }
-                    let end = attempt::stream(&ctx, &spec, committed, &body_tx).await;
+                    let end = attempt::stream(&ctx, spec.timeouts.idle, committed, &body_tx).await;
                     let failure = end.err();
                     if let Some(f) = &failure {
                         if f.code != FailureCode::Aborted {
@@ -634,10 +638,7 @@ pub struct FixedOutbound {
 }
 
 impl Outbound for FixedOutbound {
-    fn request<'a>(
-        &'a self,
-        route: &'a Route,
-    ) -> Pin<Box<dyn Future<Output = Result<Request<Full<Bytes>>, Failure>> + Send + 'a>> {
+    fn request<'a>(&'a self, route: &'a Route) -> OutboundFuture<'a> {
         Box::pin(async move {
             let uri = format!("{}{}", route.url, self.path_and_query);
             let mut req = Request::builder()

@@ -3,6 +3,8 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod client;
+pub mod proxy;
+pub mod qoder;
 pub mod upstream;
 
 use std::net::SocketAddr;

@@ -1,0 +1,394 @@
+//! Exchange accounting: what the compression proxy did to one request.
+//!
+//! The ingress records a summary of each message it sent to the proxy (role,
+//! content length in characters, a hash); the return leg compares the body
+//! that came back. `compacted` = the messages differ at all (a proxy that
+//! only adds a system preamble counts); `folded` = the total content really
+//! got shorter, the proof of compression. Only `content` counts, never JSON
+//! keys or tool definitions.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::VecDeque;
+use std::hash::{Hash, Hasher};
+use std::time::SystemTime;
+
+use serde_json::{json, Value};
+
+use crate::clock::epoch_ms;
+
+/// Exchanges kept in `recentExchanges`.
+pub const RECENT_EXCHANGES: usize = 6;
+/// Per-message diff lines kept in `lastExchange.diff`.
+const DIFF_LIMIT: usize = 64;
+/// Above this many cells the alignment falls back from LCS to
+/// prefix/suffix matching (keeps a 10k-message body cheap).
+const LCS_CELL_LIMIT: usize = 4_000_000;
+
+/// One message as the accounting sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageSummary {
+    pub role: String,
+    /// Characters of content (string content, or the text of text parts).
+    pub chars: usize,
+    hash: u64,
+}
+
+/// Summaries of the `messages` of an OpenAI body.
+pub fn summarize(body: &Value) -> Vec<MessageSummary> {
+    let Some(messages) = body.get("messages").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    messages
+        .iter()
+        .map(|m| {
+            let role = m
+                .get("role")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let mut hasher = DefaultHasher::new();
+            role.hash(&mut hasher);
+            let mut chars = 0;
+            match m.get("content") {
+                Some(Value::String(s)) => {
+                    chars = s.chars().count();
+                    s.hash(&mut hasher);
+                }
+                Some(Value::Array(parts)) => {
+                    for p in parts {
+                        if let Some(t) = p.get("text").and_then(Value::as_str) {
+                            chars += t.chars().count();
+                            t.hash(&mut hasher);
+                        } else {
+                            p.to_string().hash(&mut hasher);
+                        }
+                    }
+                }
+                Some(other) => other.to_string().hash(&mut hasher),
+                None => {}
+            }
+            if let Some(calls) = m.get("tool_calls") {
+                calls.to_string().hash(&mut hasher);
+            }
+            MessageSummary {
+                role,
+                chars,
+                hash: hasher.finish(),
+            }
+        })
+        .collect()
+}
+
+/// How one message changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiffKind {
+    Shrunk,
+    Grown,
+    Added,
+    Removed,
+    Changed,
+}
+
+impl DiffKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            DiffKind::Shrunk => "shrunk",
+            DiffKind::Grown => "grown",
+            DiffKind::Added => "added",
+            DiffKind::Removed => "removed",
+            DiffKind::Changed => "changed",
+        }
+    }
+}
+
+/// One line of the per-message diff.
+#[derive(Debug, Clone)]
+pub struct DiffEntry {
+    pub kind: DiffKind,
+    pub role: String,
+    pub before_len: usize,
+    pub after_len: usize,
+}
+
+/// One return-leg request compared with what the ingress sent.
+#[derive(Debug, Clone)]
+pub struct Exchange {
+    pub at: SystemTime,
+    pub rid: String,
+    pub before_count: usize,
+    pub after_count: usize,
+    pub before_content: usize,
+    pub after_content: usize,
+    pub changed: bool,
+    pub diff: Vec<DiffEntry>,
+}
+
+impl Exchange {
+    /// The content really got shorter.
+    pub fn content_shrank(&self) -> bool {
+        self.after_content < self.before_content
+    }
+
+    /// `lastExchange`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "at": epoch_ms(self.at),
+            "rid": self.rid,
+            "beforeCount": self.before_count,
+            "afterCount": self.after_count,
+            "beforeContent": self.before_content,
+            "afterContent": self.after_content,
+            "contentShrank": self.content_shrank(),
+            "changed": self.changed,
+            "diff": self.diff.iter().map(|d| json!({
+                "kind": d.kind.as_str(),
+                "role": d.role,
+                "beforeLen": d.before_len,
+                "afterLen": d.after_len,
+                "delta": d.after_len as i64 - d.before_len as i64,
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    /// One line of `recentExchanges`.
+    pub fn short_json(&self) -> Value {
+        json!({
+            "at": epoch_ms(self.at),
+            "beforeCount": self.before_count,
+            "afterCount": self.after_count,
+            "beforeContent": self.before_content,
+            "afterContent": self.after_content,
+            "shrank": self.content_shrank(),
+            "changed": self.changed,
+        })
+    }
+}
+
+/// Compares what was sent to the proxy with what came back.
+pub fn compare(rid: &str, before: &[MessageSummary], after: &[MessageSummary]) -> Exchange {
+    let pairs = align(before, after);
+    let mut diff = Vec::new();
+    let (mut bi, mut ai) = (0, 0);
+    let gap =
+        |b_end: usize, a_end: usize, bi: &mut usize, ai: &mut usize, diff: &mut Vec<DiffEntry>| {
+            let olds = &before[*bi..b_end];
+            let news = &after[*ai..a_end];
+            // Within a gap, pair messages of the same role in order.
+            let mut used = vec![false; news.len()];
+            for old in olds {
+                let found = news
+                    .iter()
+                    .enumerate()
+                    .find(|(i, n)| !used[*i] && n.role == old.role)
+                    .map(|(i, _)| i);
+                match found {
+                    Some(i) => {
+                        used[i] = true;
+                        let new = &news[i];
+                        let kind = match new.chars.cmp(&old.chars) {
+                            std::cmp::Ordering::Less => DiffKind::Shrunk,
+                            std::cmp::Ordering::Greater => DiffKind::Grown,
+                            std::cmp::Ordering::Equal => DiffKind::Changed,
+                        };
+                        diff.push(DiffEntry {
+                            kind,
+                            role: old.role.clone(),
+                            before_len: old.chars,
+                            after_len: new.chars,
+                        });
+                    }
+                    None => diff.push(DiffEntry {
+                        kind: DiffKind::Removed,
+                        role: old.role.clone(),
+                        before_len: old.chars,
+                        after_len: 0,
+                    }),
+                }
+            }
+            for (i, new) in news.iter().enumerate() {
+                if !used[i] {
+                    diff.push(DiffEntry {
+                        kind: DiffKind::Added,
+                        role: new.role.clone(),
+                        before_len: 0,
+                        after_len: new.chars,
+                    });
+                }
+            }
+            *bi = b_end;
+            *ai = a_end;
+        };
+    for (b, a) in pairs {
+        gap(b, a, &mut bi, &mut ai, &mut diff);
+        bi += 1;
+        ai += 1;
+    }
+    gap(before.len(), after.len(), &mut bi, &mut ai, &mut diff);
+    let changed = !diff.is_empty();
+    diff.truncate(DIFF_LIMIT);
+    Exchange {
+        at: SystemTime::now(),
+        rid: rid.to_string(),
+        before_count: before.len(),
+        after_count: after.len(),
+        before_content: before.iter().map(|m| m.chars).sum(),
+        after_content: after.iter().map(|m| m.chars).sum(),
+        changed,
+        diff,
+    }
+}
+
+/// Index pairs of identical messages, in order (longest common subsequence;
+/// prefix/suffix matching when the bodies are huge).
+fn align(before: &[MessageSummary], after: &[MessageSummary]) -> Vec<(usize, usize)> {
+    let (n, m) = (before.len(), after.len());
+    if n.saturating_mul(m) > LCS_CELL_LIMIT {
+        let mut pairs = Vec::new();
+        let mut p = 0;
+        while p < n && p < m && before[p] == after[p] {
+            pairs.push((p, p));
+            p += 1;
+        }
+        let mut s = 0;
+        let mut tail = Vec::new();
+        while s < n - p && s < m - p && before[n - 1 - s] == after[m - 1 - s] {
+            tail.push((n - 1 - s, m - 1 - s));
+            s += 1;
+        }
+        pairs.extend(tail.into_iter().rev());
+        return pairs;
+    }
+    let mut table = vec![0u32; (n + 1) * (m + 1)];
+    let idx = |i: usize, j: usize| i * (m + 1) + j;
+    for i in (0..n).rev() {
+        for j in (0..m).rev() {
+            table[idx(i, j)] = if before[i] == after[j] {
+                table[idx(i + 1, j + 1)] + 1
+            } else {
+                table[idx(i + 1, j)].max(table[idx(i, j + 1)])
+            };
+        }
+    }
+    let (mut i, mut j) = (0, 0);
+    let mut pairs = Vec::new();
+    while i < n && j < m {
+        if before[i] == after[j] {
+            pairs.push((i, j));
+            i += 1;
+            j += 1;
+        } else if table[idx(i + 1, j)] >= table[idx(i, j + 1)] {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    pairs
+}
+
+/// The last exchange and the recent ones, for `/status`.
+#[derive(Debug, Default)]
+pub struct Exchanges {
+    last: Option<Exchange>,
+    recent: VecDeque<Exchange>,
+}
+
+impl Exchanges {
+    /// Adds an exchange.
+    pub fn push(&mut self, ex: Exchange) {
+        if self.recent.len() == RECENT_EXCHANGES {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(ex.clone());
+        self.last = Some(ex);
+    }
+
+    /// `(lastExchange, recentExchanges)`, newest first.
+    pub fn to_json(&self) -> (Value, Value) {
+        (
+            self.last.as_ref().map_or(Value::Null, Exchange::to_json),
+            Value::Array(self.recent.iter().rev().map(Exchange::short_json).collect()),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(msgs: &[(&str, &str)]) -> Value {
+        json!({"messages": msgs.iter().map(|(r, c)| json!({"role": r, "content": c})).collect::<Vec<_>>()})
+    }
+
+    #[test]
+    fn identical_bodies_are_unchanged() {
+        let b = summarize(&body(&[("user", "hi"), ("assistant", "hello")]));
+        let ex = compare("r", &b, &b);
+        assert!(!ex.changed);
+        assert!(!ex.content_shrank());
+        assert!(ex.diff.is_empty());
+    }
+
+    #[test]
+    fn a_preamble_alone_is_compacted_but_not_folded() {
+        let before = summarize(&body(&[("user", "hi"), ("assistant", "hello")]));
+        let after = summarize(&body(&[
+            ("system", "be brief"),
+            ("user", "hi"),
+            ("assistant", "hello"),
+        ]));
+        let ex = compare("r", &before, &after);
+        assert!(ex.changed);
+        assert!(!ex.content_shrank());
+        assert_eq!(ex.diff.len(), 1);
+        assert_eq!(ex.diff[0].kind, DiffKind::Added);
+        assert_eq!(ex.diff[0].role, "system");
+    }
+
+    #[test]
+    fn summarised_history_is_folded() {
+        let long = "x".repeat(1000);
+        let before = summarize(&body(&[
+            ("user", &long),
+            ("assistant", &long),
+            ("user", "now?"),
+        ]));
+        let after = summarize(&body(&[
+            ("system", "summary of earlier turns"),
+            ("user", "now?"),
+        ]));
+        let ex = compare("r", &before, &after);
+        assert!(ex.changed);
+        assert!(ex.content_shrank());
+        assert_eq!(ex.before_content, 2004);
+        let kinds: Vec<_> = ex.diff.iter().map(|d| d.kind).collect();
+        assert!(kinds.contains(&DiffKind::Removed));
+        assert!(kinds.contains(&DiffKind::Added));
+    }
+
+    #[test]
+    fn a_shortened_message_is_shrunk_with_its_delta() {
+        let before = summarize(&body(&[("user", "aaaaaaaaaa"), ("user", "q")]));
+        let after = summarize(&body(&[("user", "aaa"), ("user", "q")]));
+        let ex = compare("r", &before, &after);
+        assert_eq!(ex.diff.len(), 1);
+        assert_eq!(ex.diff[0].kind, DiffKind::Shrunk);
+        assert_eq!(ex.to_json()["diff"][0]["delta"], -7);
+    }
+
+    #[test]
+    fn text_parts_count_as_content() {
+        let b = json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "abc"}, {"type": "image_url", "image_url": {"url": "data:x"}}]}]});
+        assert_eq!(summarize(&b)[0].chars, 3);
+    }
+
+    #[test]
+    fn recent_keeps_six_newest_first() {
+        let mut ex = Exchanges::default();
+        for i in 0..8 {
+            ex.push(compare(&i.to_string(), &[], &[]));
+        }
+        let (last, recent) = ex.to_json();
+        assert_eq!(last["rid"], "7");
+        assert_eq!(recent.as_array().unwrap().len(), 6);
+    }
+}

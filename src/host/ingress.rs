@@ -1,0 +1,310 @@
+//! The ingress: takes the agent's inference call over, folds it to OpenAI,
+//! remembers the original under a fresh rid, and sends it to the
+//! compression proxy at `{compressor}/{shim}/{rid}/chat/completions`.
+//!
+//! When the proxy is not configured, unreachable, or fails before the return
+//! leg saw the rid, the original request goes upstream directly (`fallback`).
+//! Once the return leg has the rid, its answer — success or error — is what
+//! the agent gets: one request is never sent upstream twice.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use serde_json::Value;
+use shimgate_shim_api::Shim;
+use tracing::{info_span, warn, Instrument};
+
+use super::translators::{Compose, Counting};
+use super::Host;
+use crate::app::App;
+use crate::body::{self, Body, BoxError, ChannelBody};
+use crate::chain::{self, CallSpec, ChainResponse, FixedOutbound, TranslatorFactory};
+use crate::config::Config;
+use crate::exchange;
+use crate::headers;
+use crate::rid::{RidEntry, RidRegistry};
+use crate::router::{content_length, is_housekeeping, read_body};
+
+/// Agent headers passed on to the proxy: only ones that help it keep a
+/// session together. Credentials stay with shimgate (the return leg adds
+/// them back from the rid entry).
+fn forwarded_to_proxy(agent: &HeaderMap) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (name, value) in agent {
+        let n = name.as_str();
+        if n == "user-agent" || (n.contains("session") && !n.contains("token")) {
+            h.append(name.clone(), value.clone());
+        }
+    }
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(
+        header::ACCEPT,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h
+}
+
+pub(super) async fn handle<S: Shim>(
+    host: Arc<Host<S>>,
+    app: Arc<App>,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let name = host.shim.name();
+    let span = info_span!("ingress", shim = name, rid = tracing::field::Empty);
+    async move {
+        let stats = app.shim_stats(name);
+        let live = app.live();
+        let config = live.config.clone();
+        let declared = content_length(&req);
+        let (parts, incoming) = req.into_parts();
+        let native = match read_body(incoming, declared, config.max_body_bytes).await {
+            Ok(b) => b,
+            Err(e) => return e.into_response(),
+        };
+        stats.touch();
+        stats.bump("intercepted");
+        let path_and_query = parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| "/".to_string(), |p| p.as_str().to_string());
+        let folded = match host.shim.fold(&native) {
+            Ok(f) => f,
+            Err(e) => {
+                stats.bump("fallback");
+                host.set_effective(false);
+                let why = format!(
+                    "the ingress could not fold the request ({e}): passed through untouched"
+                );
+                warn!("{why}");
+                stats.error(why);
+                return untouched(&app, name, &config, parts, native).await;
+            }
+        };
+        let original = Arc::new(folded.original);
+        let openai = Arc::new(folded.openai);
+        let Some(compressor) = config.compressor_for(name).map(str::to_owned) else {
+            // Direct mode: no proxy configured, so nothing failed.
+            stats.bump("fallback");
+            host.set_effective(false);
+            return direct(
+                &host,
+                &app,
+                &config,
+                original,
+                openai,
+                native,
+                &path_and_query,
+                &parts.headers,
+            )
+            .await;
+        };
+        let rid = RidRegistry::new_rid();
+        tracing::Span::current().record("rid", rid.as_str());
+        let entry = app.rids.insert(RidEntry::new(
+            rid.clone(),
+            name,
+            original.clone() as Arc<dyn Any + Send + Sync>,
+            native.clone(),
+            parts.headers.clone(),
+            path_and_query.clone(),
+            exchange::summarize(&openai),
+        ));
+        let url = format!("{compressor}/{name}/{rid}/chat/completions");
+        let proxy_req = Request::post(&url)
+            .body(Full::new(Bytes::from(
+                serde_json::to_vec(&*openai).unwrap_or_default(),
+            )))
+            .map(|mut r| {
+                *r.headers_mut() = forwarded_to_proxy(&parts.headers);
+                r
+            });
+        let attempt = match proxy_req {
+            Ok(r) => tokio::time::timeout(config.timeouts.first_byte, live.client.request(r))
+                .await
+                .map_err(|_| {
+                    format!(
+                        "no answer within {} ms",
+                        config.timeouts.first_byte.as_millis()
+                    )
+                })
+                .and_then(|r| r.map_err(|e| chain::error_chain(&e))),
+            Err(e) => Err(format!("bad compressor URL {url}: {e}")),
+        };
+        match attempt {
+            Ok(resp) if resp.status().is_success() || entry.reached() => {
+                host.set_effective(entry.reached());
+                relay(&host, &app, &config, &original, resp)
+            }
+            failed => {
+                let why = match &failed {
+                    Ok(resp) => format!("the compression proxy answered {}", resp.status()),
+                    Err(e) => format!("the compression proxy is unreachable: {e}"),
+                };
+                if entry.abandon() {
+                    stats.bump("fallback");
+                    host.set_effective(false);
+                    let why = format!(
+                        "{why} before the return leg saw rid {rid}; sent upstream directly"
+                    );
+                    warn!("{why}");
+                    stats.error(why);
+                    return direct(
+                        &host,
+                        &app,
+                        &config,
+                        original,
+                        openai,
+                        native,
+                        &path_and_query,
+                        &parts.headers,
+                    )
+                    .await;
+                }
+                // The return leg took the request meanwhile: pass the proxy's answer on.
+                host.set_effective(true);
+                match failed {
+                    Ok(resp) => relay(&host, &app, &config, &original, resp),
+                    Err(e) => {
+                        stats.error(format!("{why} after the return leg took rid {rid}"));
+                        body::error_response(StatusCode::BAD_GATEWAY, "COMPRESSOR_FAILED", &e)
+                    }
+                }
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// Passes the proxy's answer to the agent: SSE through the shim's ingress
+/// translator, anything else unchanged.
+fn relay<S: Shim>(
+    host: &Arc<Host<S>>,
+    app: &Arc<App>,
+    config: &Config,
+    original: &Arc<S::Original>,
+    resp: Response<Incoming>,
+) -> Response<Body> {
+    let (parts, incoming) = resp.into_parts();
+    let is_sse = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.trim_start().starts_with("text/event-stream"));
+    if !parts.status.is_success() || !is_sse {
+        let mut headers = parts.headers;
+        headers::strip_hop_by_hop(&mut headers);
+        let mut out = Response::new(incoming.map_err(|e| Box::new(e) as BoxError).boxed());
+        *out.status_mut() = parts.status;
+        *out.headers_mut() = headers;
+        return out;
+    }
+    let translator = Box::new(Counting::new(
+        host.shim.ingress(original),
+        host.rebuild.clone(),
+    ));
+    let (tx, body) = ChannelBody::channel();
+    let ctx = app.chain_ctx();
+    let idle = config.timeouts.idle;
+    let stats = app.shim_stats(host.shim.name());
+    tokio::spawn(async move {
+        if let Err(f) = chain::relay(&ctx, idle, incoming, translator, &tx).await {
+            if f.code != shimgate_shim_api::FailureCode::Aborted {
+                stats.error(format!(
+                    "the answer from the compression proxy broke off: {f}"
+                ));
+            }
+        }
+    });
+    let mut out = Response::new(body::streaming(body));
+    *out.headers_mut() = chain::sse_headers("");
+    out.headers_mut().remove("x-shimgate-route");
+    out
+}
+
+/// Sends the original request upstream through the chain, the answer going
+/// through both translators so the agent gets what the proxy path would give.
+#[allow(clippy::too_many_arguments)]
+async fn direct<S: Shim>(
+    host: &Arc<Host<S>>,
+    app: &Arc<App>,
+    config: &Arc<Config>,
+    original: Arc<S::Original>,
+    openai: Arc<Value>,
+    native: Bytes,
+    path_and_query: &str,
+    agent_headers: &HeaderMap,
+) -> Response<Body> {
+    let name = host.shim.name();
+    let Some(shim_config) = config.shim(name) else {
+        return body::error_response(StatusCode::NOT_FOUND, "UNKNOWN_SHIM", name);
+    };
+    let housekeeping = is_housekeeping(&native);
+    let outbound = host
+        .upstream
+        .outbound(config, native, path_and_query, agent_headers);
+    let h = host.clone();
+    let factory: TranslatorFactory = Arc::new(move || {
+        Box::new(Compose::new(
+            h.shim.return_leg(&openai),
+            h.shim.ingress(&original),
+        ))
+    });
+    let spec = CallSpec {
+        shim: name,
+        kind: "fallback",
+        routes: shim_config.routes.clone(),
+        retry: config.retry.clone(),
+        ordering: config.ordering.clone(),
+        timeouts: config.timeouts.clone(),
+        outbound,
+        translator: Some(factory),
+        housekeeping,
+    };
+    let resp = chain::call(&app.chain_ctx(), spec).await;
+    if let ChainResponse::Failed(e) = &resp {
+        app.shim_stats(name).error(e.message());
+    }
+    resp.into_response()
+}
+
+/// A request the shim cannot read goes upstream byte for byte.
+async fn untouched(
+    app: &Arc<App>,
+    name: &'static str,
+    config: &Config,
+    parts: http::request::Parts,
+    native: Bytes,
+) -> Response<Body> {
+    let Some(shim_config) = config.shim(name) else {
+        return body::error_response(StatusCode::NOT_FOUND, "UNKNOWN_SHIM", name);
+    };
+    let spec = CallSpec {
+        shim: name,
+        kind: "fallback",
+        routes: shim_config.routes.clone(),
+        retry: config.retry.clone(),
+        ordering: config.ordering.clone(),
+        timeouts: config.timeouts.clone(),
+        housekeeping: false,
+        outbound: Arc::new(FixedOutbound {
+            method: parts.method,
+            path_and_query: parts
+                .uri
+                .path_and_query()
+                .map_or_else(|| "/".to_string(), |p| p.as_str().to_string()),
+            headers: headers::for_upstream(&parts.headers),
+            body: native,
+        }),
+        translator: None,
+    };
+    chain::call(&app.chain_ctx(), spec).await.into_response()
+}

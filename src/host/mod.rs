@@ -1,0 +1,195 @@
+//! The runtime side of a shim: the ingress that takes the agent's inference
+//! call over and sends it to the compression proxy, the return leg that
+//! restores the native request and sends it upstream through the chain, and
+//! the fallback that sends directly when the proxy path fails.
+//!
+//! [`Host`] is generic over a protocol crate's [`Shim`]; [`ShimHost`] erases
+//! the type so the router can hold every shim in one list ([`all`]).
+
+mod codec;
+mod ingress;
+mod return_leg;
+pub mod translators;
+pub mod upstream;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+use shimgate_shim_api::Shim;
+
+use crate::app::App;
+use crate::body::Body;
+use crate::config::Config;
+use crate::exchange::Exchanges;
+use crate::rid::{RID_CAPACITY, RID_TTL};
+use translators::RebuildStats;
+use upstream::Upstreaming;
+
+/// A boxed response future.
+pub type ResponseFuture = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
+
+/// A shim as the router sees it.
+pub trait ShimHost: Send + Sync {
+    /// The shim's name (`qoder`, `trae`).
+    fn name(&self) -> &'static str;
+    /// Whether the request is the inference call this shim's ingress takes.
+    fn is_inference(&self, method: &str, path_and_query: &str) -> bool;
+    /// Handles the agent's inference call.
+    fn ingress(self: Arc<Self>, app: Arc<App>, req: Request<Incoming>) -> ResponseFuture;
+    /// Handles `POST /{shim}/{rid}/chat/completions` from the proxy.
+    fn return_leg(
+        self: Arc<Self>,
+        app: Arc<App>,
+        rid: String,
+        req: Request<Incoming>,
+    ) -> ResponseFuture;
+    /// The shim-specific `/status` fields.
+    fn status(&self, app: &App, config: &Config) -> serde_json::Map<String, Value>;
+}
+
+/// Every shim the runtime serves: adding a shim is one line here.
+pub fn all() -> Vec<Arc<dyn ShimHost>> {
+    vec![
+        Arc::new(Host::new(
+            shimgate_shim_qoder::QoderShim::new(),
+            upstream::QoderCodec::default(),
+            "agentFrames",
+        )),
+        Arc::new(Host::new(
+            shimgate_shim_trae::TraeShim::new(),
+            upstream::DirectJson,
+            "soloFrames",
+        )),
+    ]
+}
+
+const UNKNOWN: u8 = 0;
+const YES: u8 = 1;
+const NO: u8 = 2;
+
+/// One shim, hosted.
+pub struct Host<S: Shim> {
+    shim: S,
+    upstream: Box<dyn Upstreaming>,
+    exchanges: Mutex<Exchanges>,
+    /// Whether the last intercepted call reached the return leg.
+    effective: AtomicU8,
+    rebuild: Arc<RebuildStats>,
+    /// `/status` name of the rebuilt-frames counter (`soloFrames` for trae).
+    frames_out_key: &'static str,
+}
+
+impl<S: Shim> Host<S> {
+    /// Hosts `shim`, sending upstream with `upstream`.
+    pub fn new(shim: S, upstream: impl Upstreaming, frames_out_key: &'static str) -> Self {
+        Host {
+            shim,
+            upstream: Box::new(upstream),
+            exchanges: Mutex::default(),
+            effective: AtomicU8::new(UNKNOWN),
+            rebuild: Arc::default(),
+            frames_out_key,
+        }
+    }
+
+    fn set_effective(&self, yes: bool) {
+        self.effective
+            .store(if yes { YES } else { NO }, Ordering::Relaxed);
+    }
+
+    fn exchanges(&self) -> std::sync::MutexGuard<'_, Exchanges> {
+        self.exchanges.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl<S: Shim> ShimHost for Host<S> {
+    fn name(&self) -> &'static str {
+        self.shim.name()
+    }
+
+    fn is_inference(&self, method: &str, path_and_query: &str) -> bool {
+        self.shim.is_inference(method, path_and_query)
+    }
+
+    fn ingress(self: Arc<Self>, app: Arc<App>, req: Request<Incoming>) -> ResponseFuture {
+        Box::pin(ingress::handle(self, app, req))
+    }
+
+    fn return_leg(
+        self: Arc<Self>,
+        app: Arc<App>,
+        rid: String,
+        req: Request<Incoming>,
+    ) -> ResponseFuture {
+        Box::pin(return_leg::handle(self, app, rid, req))
+    }
+
+    fn status(&self, app: &App, config: &Config) -> serde_json::Map<String, Value> {
+        let mut m = serde_json::Map::new();
+        let effective = match self.effective.load(Ordering::Relaxed) {
+            YES => json!(true),
+            NO => json!(false),
+            _ => Value::Null,
+        };
+        m.insert("effective".into(), effective);
+        m.insert(
+            "rids".into(),
+            json!({
+                "live": app.rids.live(self.name()),
+                "capacity": RID_CAPACITY,
+                "ttlMs": RID_TTL.as_millis() as u64,
+            }),
+        );
+        let codec = self.upstream.status(config);
+        if !codec.is_null() {
+            m.insert("codec".into(), codec);
+        }
+        let (last, recent) = self.exchanges().to_json();
+        m.insert("lastExchange".into(), last);
+        m.insert("recentExchanges".into(), recent);
+        let r = &self.rebuild;
+        m.insert(
+            "returnLeg".into(),
+            json!({
+                "openAiFrames": r.frames_in.load(Ordering::Relaxed),
+                self.frames_out_key: r.frames_out.load(Ordering::Relaxed),
+                "rebuildErrors": r.errors.load(Ordering::Relaxed),
+                "emptyRebuilds": r.empty.load(Ordering::Relaxed),
+            }),
+        );
+        m
+    }
+}
+
+/// Splits a return-leg path `…/{shim}/{rid}/chat/completions` (any prefix a
+/// proxy may add is ignored).
+pub fn return_leg_path(path: &str) -> Option<(&str, &str)> {
+    let mut rev = path.trim_end_matches('/').rsplit('/');
+    let (completions, chat, rid, shim) = (rev.next()?, rev.next()?, rev.next()?, rev.next()?);
+    (completions == "completions" && chat == "chat" && !rid.is_empty() && !shim.is_empty())
+        .then_some((shim, rid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn return_leg_paths_are_recognised_with_any_prefix() {
+        assert_eq!(
+            return_leg_path("/trae/ab12/chat/completions"),
+            Some(("trae", "ab12"))
+        );
+        assert_eq!(
+            return_leg_path("/v1/qoder/x/chat/completions"),
+            Some(("qoder", "x"))
+        );
+        assert_eq!(return_leg_path("/v1/chat/completions"), None);
+        assert_eq!(return_leg_path("/chat/completions"), None);
+    }
+}

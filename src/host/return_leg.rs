@@ -1,0 +1,177 @@
+//! The return leg: `POST /{shim}/{rid}/chat/completions` from the
+//! compression proxy. It compares the body with what the ingress sent
+//! (exchange accounting), restores the native request on the original,
+//! sends it upstream through the chain, and streams the answer back as bare
+//! OpenAI frames (or one aggregated `chat.completion` for `stream: false`).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use serde_json::Value;
+use shimgate_shim_api::sse::SseParser;
+use shimgate_shim_api::Shim;
+use tracing::{info_span, warn, Instrument};
+
+use super::Host;
+use crate::aggregate::Aggregate;
+use crate::app::App;
+use crate::body::{self, Body};
+use crate::chain::{self, CallSpec, ChainResponse, TranslatorFactory};
+use crate::exchange;
+use crate::router::{content_length, is_housekeeping, read_body};
+
+/// bili leaves requests with `max_tokens <= 200` alone (title generation
+/// and the like): they are side requests, not the agent's turns.
+pub const SIDE_REQUEST_MAX_TOKENS: u64 = 200;
+
+/// Whether a return-leg body is a side request: not streamed, or a tiny
+/// `max_tokens`. Side requests are counted apart so `folded` stays the
+/// proof of compressing the agent's own turns.
+pub fn is_side_request(body: &Value) -> bool {
+    let streamed = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let tiny = ["max_tokens", "max_completion_tokens"]
+        .iter()
+        .filter_map(|k| body.get(*k).and_then(Value::as_u64))
+        .any(|n| n <= SIDE_REQUEST_MAX_TOKENS);
+    !streamed || tiny
+}
+
+fn gone(rid: &str, why: &str) -> Response<Body> {
+    body::error_response(
+        StatusCode::GONE,
+        "RID_GONE",
+        &format!("rid {rid} {why} (entries live 120 s, the newest 256 are kept); the ingress answers the agent directly"),
+    )
+}
+
+pub(super) async fn handle<S: Shim>(
+    host: Arc<Host<S>>,
+    app: Arc<App>,
+    rid: String,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let name = host.shim.name();
+    let span = info_span!("return_leg", shim = name, rid = %rid);
+    async move {
+        let stats = app.shim_stats(name);
+        stats.touch();
+        if req.method() != Method::POST {
+            return body::error_response(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED", "the return leg takes POST");
+        }
+        let Some(entry) = app.rids.get(&rid).filter(|e| e.shim == name) else {
+            return gone(&rid, "is unknown or expired");
+        };
+        let Ok(original) = entry.original.clone().downcast::<S::Original>() else {
+            return gone(&rid, "belongs to another shim");
+        };
+        if !entry.claim() {
+            return gone(&rid, "was already answered directly because the proxy failed first");
+        }
+        let live = app.live();
+        let config = live.config.clone();
+        let declared = content_length(&req);
+        let bytes = match read_body(req.into_body(), declared, config.max_body_bytes).await {
+            Ok(b) => b,
+            Err(e) => return e.into_response(),
+        };
+        let openai: Value = match serde_json::from_slice(&bytes) {
+            Ok(v @ Value::Object(_)) => v,
+            Ok(_) => return body::error_response(StatusCode::BAD_REQUEST, "BAD_REQUEST", "the request body is JSON but not an object"),
+            Err(e) => {
+                return body::error_response(StatusCode::BAD_REQUEST, "BAD_REQUEST", &format!("the request body is not JSON: {e}"))
+            }
+        };
+        let side = is_side_request(&openai);
+        if side {
+            stats.bump("sideRequests");
+        } else {
+            let ex = exchange::compare(&rid, &entry.sent, &exchange::summarize(&openai));
+            if ex.changed {
+                stats.bump("compacted");
+                if ex.content_shrank() {
+                    stats.bump("folded");
+                }
+            }
+            host.exchanges().push(ex);
+        }
+        let native = match host.shim.restore(&original, &openai) {
+            Ok(b) => Bytes::from(b),
+            Err(e) => {
+                let why = format!("the return leg could not restore the request ({e}): sent the original unchanged");
+                warn!("{why}");
+                stats.error(why);
+                entry.native.clone()
+            }
+        };
+        let Some(shim_config) = config.shim(name) else {
+            return body::error_response(StatusCode::NOT_FOUND, "UNKNOWN_SHIM", name);
+        };
+        stats.bump("forwarded");
+        let housekeeping = is_housekeeping(&bytes) || is_housekeeping(&entry.native);
+        let outbound = host.upstream.outbound(&config, native, &entry.path_and_query, &entry.headers);
+        let streamed = openai.get("stream").and_then(Value::as_bool).unwrap_or(false);
+        let request = Arc::new(openai);
+        let h = host.clone();
+        let factory: TranslatorFactory = Arc::new(move || Box::new(h.shim.return_leg(&request)));
+        let spec = CallSpec {
+            shim: name,
+            kind: "return",
+            routes: shim_config.routes.clone(),
+            retry: config.retry.clone(),
+            ordering: config.ordering.clone(),
+            timeouts: config.timeouts.clone(),
+            outbound,
+            translator: Some(factory),
+            housekeeping,
+        };
+        let resp = chain::call(&app.chain_ctx(), spec).await;
+        if let ChainResponse::Failed(e) = &resp {
+            stats.error(e.message());
+        }
+        if streamed {
+            return resp.into_response();
+        }
+        aggregate(resp).await
+    }
+    .instrument(span)
+    .await
+}
+
+/// Folds a streamed answer into one `chat.completion` JSON.
+async fn aggregate(resp: ChainResponse) -> Response<Body> {
+    let ChainResponse::Stream { mut body, .. } = resp else {
+        return resp.into_response();
+    };
+    let mut parser = SseParser::new();
+    let mut agg = Aggregate::default();
+    while let Some(chunk) = body.recv().await {
+        let Ok(chunk) = chunk else { break };
+        parser.push(chunk);
+        while let Ok(Some(ev)) = parser.next_event() {
+            agg.event(&ev);
+        }
+    }
+    if let Some(err) = agg.error() {
+        return body::json_response(StatusCode::BAD_GATEWAY, &serde_json::json!({"error": err}));
+    }
+    body::json_response(StatusCode::OK, &agg.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn side_requests_are_unstreamed_or_tiny() {
+        assert!(is_side_request(&json!({"stream": false})));
+        assert!(is_side_request(&json!({})));
+        assert!(is_side_request(&json!({"stream": true, "max_tokens": 200})));
+        assert!(!is_side_request(
+            &json!({"stream": true, "max_tokens": 201})
+        ));
+        assert!(!is_side_request(&json!({"stream": true})));
+    }
+}

@@ -1,0 +1,222 @@
+//! The rid registry: what the ingress remembers about an intercepted request
+//! so the return leg can restore it after the compression proxy.
+//!
+//! Entries live 120 s and at most 256 are kept (oldest evicted). They are not
+//! removed on first use: agents resend after `409 duplicate_request` and a
+//! proxy may POST the same return-leg URL several times in one turn. Every
+//! listener shares one registry, so one proxy instance serves both shims.
+
+use std::any::Any;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::HeaderMap;
+
+use crate::exchange::MessageSummary;
+
+/// How long an entry lives.
+pub const RID_TTL: Duration = Duration::from_secs(120);
+/// How many entries are kept.
+pub const RID_CAPACITY: usize = 256;
+
+const OPEN: u8 = 0;
+const CLAIMED: u8 = 1;
+const ABANDONED: u8 = 2;
+
+/// One intercepted request.
+pub struct RidEntry {
+    pub rid: String,
+    pub shim: &'static str,
+    pub created: Instant,
+    /// The shim's parsed original (`Shim::Original`), type-erased.
+    pub original: Arc<dyn Any + Send + Sync>,
+    /// The native body exactly as the agent sent it.
+    pub native: Bytes,
+    /// The agent's request headers (sent upstream with the restored body).
+    pub headers: HeaderMap,
+    /// The agent's request path and query.
+    pub path_and_query: String,
+    /// What the ingress sent to the proxy, per message (for accounting).
+    pub sent: Vec<MessageSummary>,
+    /// Return-leg requests seen for this rid.
+    pub return_hits: AtomicU32,
+    state: AtomicU8,
+}
+
+impl RidEntry {
+    /// A new open entry.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        rid: String,
+        shim: &'static str,
+        original: Arc<dyn Any + Send + Sync>,
+        native: Bytes,
+        headers: HeaderMap,
+        path_and_query: String,
+        sent: Vec<MessageSummary>,
+    ) -> Self {
+        RidEntry {
+            rid,
+            shim,
+            created: Instant::now(),
+            original,
+            native,
+            headers,
+            path_and_query,
+            sent,
+            return_hits: AtomicU32::new(0),
+            state: AtomicU8::new(OPEN),
+        }
+    }
+
+    /// The return leg takes the request: from now on the ingress must not
+    /// send it upstream itself. False when the ingress already gave up on
+    /// the proxy and answered directly.
+    pub fn claim(&self) -> bool {
+        self.return_hits.fetch_add(1, Ordering::AcqRel);
+        match self
+            .state
+            .compare_exchange(OPEN, CLAIMED, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => true,
+            Err(seen) => seen == CLAIMED,
+        }
+    }
+
+    /// The ingress gives up on the proxy and will send directly. False when
+    /// the return leg already took the request (then its answer, success or
+    /// error, is what the agent gets: a request is never sent twice).
+    pub fn abandon(&self) -> bool {
+        self.state
+            .compare_exchange(OPEN, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Whether the return leg has seen this rid.
+    pub fn reached(&self) -> bool {
+        self.state.load(Ordering::Acquire) == CLAIMED
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    map: HashMap<String, Arc<RidEntry>>,
+    order: VecDeque<String>,
+}
+
+/// The shared registry.
+#[derive(Default)]
+pub struct RidRegistry {
+    inner: Mutex<Inner>,
+}
+
+impl RidRegistry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A fresh random rid (128 bits, hex).
+    pub fn new_rid() -> String {
+        format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..))
+    }
+
+    /// Stores an entry, evicting expired ones and the oldest beyond capacity.
+    pub fn insert(&self, entry: RidEntry) -> Arc<RidEntry> {
+        let entry = Arc::new(entry);
+        let mut inner = self.lock();
+        Self::expire(&mut inner);
+        while inner.order.len() >= RID_CAPACITY {
+            if let Some(old) = inner.order.pop_front() {
+                inner.map.remove(&old);
+            }
+        }
+        inner.order.push_back(entry.rid.clone());
+        inner.map.insert(entry.rid.clone(), entry.clone());
+        entry
+    }
+
+    /// A live entry.
+    pub fn get(&self, rid: &str) -> Option<Arc<RidEntry>> {
+        let inner = self.lock();
+        inner
+            .map
+            .get(rid)
+            .filter(|e| e.created.elapsed() < RID_TTL)
+            .cloned()
+    }
+
+    /// Live entries of one shim.
+    pub fn live(&self, shim: &str) -> usize {
+        let mut inner = self.lock();
+        Self::expire(&mut inner);
+        inner.map.values().filter(|e| e.shim == shim).count()
+    }
+
+    fn expire(inner: &mut Inner) {
+        while let Some(rid) = inner.order.front() {
+            let expired = inner
+                .map
+                .get(rid)
+                .is_none_or(|e| e.created.elapsed() >= RID_TTL);
+            if !expired {
+                break;
+            }
+            if let Some(rid) = inner.order.pop_front() {
+                inner.map.remove(&rid);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(rid: &str) -> RidEntry {
+        RidEntry::new(
+            rid.into(),
+            "trae",
+            Arc::new(()),
+            Bytes::new(),
+            HeaderMap::new(),
+            "/".into(),
+            Vec::new(),
+        )
+    }
+
+    #[test]
+    fn oldest_is_evicted_at_capacity() {
+        let r = RidRegistry::default();
+        for i in 0..=RID_CAPACITY {
+            r.insert(entry(&i.to_string()));
+        }
+        assert!(r.get("0").is_none());
+        assert!(r.get("1").is_some());
+        assert_eq!(r.live("trae"), RID_CAPACITY);
+    }
+
+    #[test]
+    fn entries_stay_after_use() {
+        let r = RidRegistry::default();
+        r.insert(entry("a"));
+        assert!(r.get("a").unwrap().claim());
+        assert!(
+            r.get("a").unwrap().claim(),
+            "a resend with the same rid works"
+        );
+    }
+
+    #[test]
+    fn claim_and_abandon_exclude_each_other() {
+        let e = entry("a");
+        assert!(e.abandon());
+        assert!(!e.claim());
+        let e = entry("b");
+        assert!(e.claim());
+        assert!(!e.abandon());
+        assert!(e.reached());
+    }
+}

@@ -1,0 +1,333 @@
+//! A test compression proxy: forwards `POST …/chat/completions` to its
+//! upstream base with the same path, shortens old messages past a threshold
+//! (and always adds a system preamble, as real proxies do), and checks every
+//! frame it relays: one `data:` line, `\n\n`-terminated, valid JSON, no
+//! envelope keys, exactly one `[DONE]` at the end. Any violation is recorded
+//! and fails the test that looks at it.
+//!
+//! `Mode::Bili` behaves as billion-context was measured to: content frames
+//! pass byte for byte, the upstream's finish, usage and `[DONE]` frames are
+//! swallowed, and it writes its own `stop` finish with usage and `[DONE]`.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::{Bytes, BytesMut};
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+/// How the proxy treats the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Relay byte for byte (validating).
+    Pass,
+    /// Swallow finish/usage/[DONE], write its own (as bili does).
+    Bili,
+}
+
+/// Proxy behaviour.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub mode: Mode,
+    /// Compress once the total message content passes this many chars.
+    pub threshold: usize,
+    /// Messages kept verbatim at the end.
+    pub keep_recent: usize,
+    /// Answer every request with this status without forwarding.
+    pub fail_with: Option<u16>,
+    /// POST the same URL this many extra times before the real one (a tool loop).
+    pub extra_posts: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            mode: Mode::Pass,
+            threshold: 4000,
+            keep_recent: 4,
+            fail_with: None,
+            extra_posts: 0,
+        }
+    }
+}
+
+/// A running test proxy.
+#[derive(Clone)]
+pub struct TestProxy {
+    pub addr: std::net::SocketAddr,
+    pub violations: Arc<Mutex<Vec<String>>>,
+    pub requests: Arc<AtomicUsize>,
+    /// Bodies received from the ingress (before compression).
+    pub received: Arc<Mutex<Vec<Value>>>,
+}
+
+impl TestProxy {
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Violations seen so far.
+    pub fn violations(&self) -> Vec<String> {
+        self.violations.lock().unwrap().clone()
+    }
+
+    /// Starts a proxy in front of `upstream` (a shim listener base URL).
+    pub async fn start(upstream: String, options: Options) -> TestProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy = TestProxy {
+            addr: listener.local_addr().unwrap(),
+            violations: Arc::default(),
+            requests: Arc::default(),
+            received: Arc::default(),
+        };
+        let p = proxy.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let p = p.clone();
+                let upstream = upstream.clone();
+                let options = options.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| {
+                        let p = p.clone();
+                        let upstream = upstream.clone();
+                        let options = options.clone();
+                        async move { Ok::<_, Infallible>(p.handle(req, &upstream, &options).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        proxy
+    }
+
+    async fn handle(
+        &self,
+        req: Request<Incoming>,
+        upstream: &str,
+        options: &Options,
+    ) -> Response<BoxBody> {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        if let Some(status) = options.fail_with {
+            return whole(StatusCode::from_u16(status).unwrap(), "proxy says no");
+        }
+        let path = req
+            .uri()
+            .path_and_query()
+            .map(|p| p.to_string())
+            .unwrap_or_default();
+        let mut headers = req.headers().clone();
+        headers.remove("host");
+        headers.remove("content-length");
+        let body = req.into_body().collect().await.unwrap().to_bytes();
+        let mut value: Value = serde_json::from_slice(&body).unwrap();
+        self.received.lock().unwrap().push(value.clone());
+        compress(&mut value, options);
+        let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+        let make = || {
+            let mut r = Request::post(format!("{upstream}{path}"))
+                .body(Full::new(Bytes::from(serde_json::to_vec(&value).unwrap())))
+                .unwrap();
+            *r.headers_mut() = headers.clone();
+            r
+        };
+        for _ in 0..options.extra_posts {
+            if let Ok(resp) = client.request(make()).await {
+                let _ = resp.into_body().collect().await;
+            }
+        }
+        let resp = match client.request(make()).await {
+            Ok(r) => r,
+            Err(e) => {
+                return whole(
+                    StatusCode::BAD_GATEWAY,
+                    &format!("proxy upstream failed: {e}"),
+                )
+            }
+        };
+        let (parts, incoming) = resp.into_parts();
+        let sse = parts
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.starts_with("text/event-stream"));
+        if !sse {
+            let bytes = incoming
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            let mut out = whole(parts.status, "");
+            *out.body_mut() = Full::new(bytes).map_err(|n| match n {}).boxed();
+            *out.headers_mut() = parts.headers;
+            out.headers_mut().remove("transfer-encoding");
+            return out;
+        }
+        let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, Infallible>>(16);
+        let violations = self.violations.clone();
+        let mode = options.mode;
+        tokio::spawn(relay(incoming, tx, violations, mode));
+        let mut out = Response::new(BodyExt::boxed(StreamBody::new(ReceiverStream(rx))));
+        *out.status_mut() = parts.status;
+        out.headers_mut()
+            .insert("content-type", "text/event-stream".parse().unwrap());
+        out
+    }
+}
+
+type BoxBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+fn whole(status: StatusCode, text: &str) -> Response<BoxBody> {
+    let mut r = Response::new(
+        Full::new(Bytes::from(text.to_string()))
+            .map_err(|n| match n {})
+            .boxed(),
+    );
+    *r.status_mut() = status;
+    r
+}
+
+struct ReceiverStream(mpsc::Receiver<Result<Frame<Bytes>, Infallible>>);
+
+impl futures_util::Stream for ReceiverStream {
+    type Item = Result<Frame<Bytes>, Infallible>;
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+/// Shortens old messages and adds a preamble.
+pub fn compress(body: &mut Value, options: &Options) {
+    let Some(messages) = body.get_mut("messages").and_then(Value::as_array_mut) else {
+        return;
+    };
+    let total: usize = messages
+        .iter()
+        .map(|m| {
+            m.get("content")
+                .and_then(Value::as_str)
+                .map_or(0, |s| s.chars().count())
+        })
+        .sum();
+    if total > options.threshold && messages.len() > options.keep_recent + 1 {
+        let cut = messages.len() - options.keep_recent;
+        let (older, recent) = messages.split_at(cut);
+        let mut kept: Vec<Value> = older
+            .iter()
+            .filter(|m| m.get("role").and_then(Value::as_str) == Some("system"))
+            .cloned()
+            .collect();
+        let dropped = older.len() - kept.len();
+        kept.push(
+            json!({"role": "user", "content": format!("[summary of {dropped} earlier messages]")}),
+        );
+        kept.extend(recent.iter().cloned());
+        *messages = kept;
+    }
+    messages.insert(
+        0,
+        json!({"role": "system", "content": "You work behind a test compression proxy."}),
+    );
+}
+
+async fn relay(
+    mut incoming: Incoming,
+    tx: mpsc::Sender<Result<Frame<Bytes>, Infallible>>,
+    violations: Arc<Mutex<Vec<String>>>,
+    mode: Mode,
+) {
+    let mut buf = BytesMut::new();
+    let mut done = 0;
+    let mut usage = Value::Null;
+    let flag = |v: String| violations.lock().unwrap().push(v);
+    while let Some(frame) = incoming.frame().await {
+        let Ok(frame) = frame else {
+            flag("the upstream body broke".into());
+            break;
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if mode == Mode::Pass {
+            let _ = tx.send(Ok(Frame::data(data.clone()))).await;
+        }
+        buf.extend_from_slice(&data);
+        while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
+            let frame = buf.split_to(end + 2);
+            let text = String::from_utf8_lossy(&frame[..end]).to_string();
+            if done > 0 {
+                flag(format!("frame after [DONE]: {text}"));
+            }
+            if text.contains('\n') || text.contains('\r') {
+                flag(format!("frame with more than one line: {text:?}"));
+                continue;
+            }
+            let Some(payload) = text
+                .strip_prefix("data: ")
+                .or_else(|| text.strip_prefix("data:"))
+            else {
+                flag(format!("frame without data: {text:?}"));
+                continue;
+            };
+            if payload == "[DONE]" {
+                done += 1;
+                continue;
+            }
+            let Ok(chunk) = serde_json::from_str::<Value>(payload) else {
+                flag(format!("data is not JSON: {payload:?}"));
+                continue;
+            };
+            if chunk.get("statusCodeValue").is_some()
+                || chunk.get("body").is_some()
+                || chunk.get("headers").is_some()
+            {
+                flag(format!("envelope keys left: {payload}"));
+            }
+            if mode == Mode::Bili {
+                // Content frames pass byte for byte; finish, usage and
+                // [DONE] are swallowed; errors without choices are dropped.
+                let finish = chunk["choices"][0]["finish_reason"].is_string();
+                if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
+                    usage = u.clone();
+                }
+                let has_choices = chunk["choices"].as_array().is_some_and(|c| !c.is_empty());
+                if has_choices && !finish {
+                    let _ = tx.send(Ok(Frame::data(frame.freeze()))).await;
+                }
+            }
+        }
+    }
+    if !buf.is_empty() {
+        flag(format!(
+            "stream ended inside a frame: {:?}",
+            String::from_utf8_lossy(&buf)
+        ));
+    }
+    if done != 1 {
+        flag(format!("expected exactly one [DONE], saw {done}"));
+    }
+    if mode == Mode::Bili {
+        let finish = json!({"id": "chatcmpl-proxy-1", "object": "chat.completion.chunk", "created": 1, "model": "x",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": usage["prompt_tokens"], "completion_tokens": usage["completion_tokens"], "total_tokens": usage["total_tokens"]}});
+        let _ = tx
+            .send(Ok(Frame::data(Bytes::from(format!("data: {finish}\n\n")))))
+            .await;
+        let _ = tx
+            .send(Ok(Frame::data(Bytes::from_static(b"data: [DONE]\n\n"))))
+            .await;
+    }
+}
