@@ -166,12 +166,15 @@ impl ChainError {
                 let tried = reports.iter().filter(|r| r.tries > 0).count();
                 let mut text = format!("all {} routes failed ({tried} tried)", reports.len());
                 for (i, r) in reports.iter().enumerate() {
+                    let reason = r
+                        .reason
+                        .clone()
+                        .unwrap_or_else(|| r.code.map_or("?", FailureCode::as_str).to_string());
                     text.push_str(&format!(
-                        "; {}) {} -> {}: {} ({} ms, {} tries)",
+                        "; {}) {} -> {} ({} ms, {} tries)",
                         i + 1,
                         r.route,
-                        r.code.map_or("?", FailureCode::as_str),
-                        r.reason.as_deref().unwrap_or(""),
+                        reason,
                         r.elapsed.as_millis(),
                         r.tries
                     ));

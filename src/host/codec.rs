@@ -123,20 +123,27 @@ impl ExecCodec {
     /// Encodes one attempt.
     pub async fn encode(&self, ask: &Value, route: &Route, path: &str) -> Result<Encoded, String> {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        let result = self.exchange(ask, route, path).await;
+        let mut result = self.exchange(ask, route, path).await;
+        if let Err(Broken::Stale(_)) = &result {
+            // A process that was already running died before answering
+            // (it may have exited between calls): encoding is a pure
+            // function of the ask, so asking a fresh process once is safe.
+            result = self.exchange(ask, route, path).await;
+        }
+        let result = result.map_err(Broken::into_message);
         if let Err(e) = &result {
             self.note_error(e);
         }
         result
     }
 
-    async fn exchange(&self, ask: &Value, route: &Route, path: &str) -> Result<Encoded, String> {
+    async fn exchange(&self, ask: &Value, route: &Route, path: &str) -> Result<Encoded, Broken> {
         let mut line = serde_json::to_vec(&json!({
             "ask": ask,
             "route": {"name": route.name, "url": route.url},
             "path": path,
         }))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Broken::Fatal(e.to_string()))?;
         line.push(b'\n');
         let mut guard = self.proc.lock().await;
         let alive = match guard.as_mut() {
@@ -144,10 +151,18 @@ impl ExecCodec {
             None => false,
         };
         if !alive {
-            *guard = Some(self.spawn()?);
+            *guard = Some(self.spawn().map_err(Broken::Fatal)?);
         }
+        // Only a process that was already running may have died meanwhile.
+        let broken = |m: String| {
+            if alive {
+                Broken::Stale(m)
+            } else {
+                Broken::Fatal(m)
+            }
+        };
         let Some(proc) = guard.as_mut() else {
-            return Err("codec did not start".into());
+            return Err(Broken::Fatal("codec did not start".into()));
         };
         let answer = tokio::time::timeout(CODEC_TIMEOUT, async {
             proc.stdin.write_all(&line).await?;
@@ -164,23 +179,39 @@ impl ExecCodec {
             Err(_) => {
                 // A wedged codec is killed and restarted on the next call.
                 *guard = None;
-                return Err(format!(
+                return Err(Broken::Fatal(format!(
                     "codec gave no answer within {} s",
                     CODEC_TIMEOUT.as_secs()
-                ));
+                )));
             }
             Ok(Err(e)) => {
                 *guard = None;
-                return Err(format!("codec pipe broke: {e}"));
+                return Err(broken(format!("codec pipe broke: {e}")));
             }
             Ok(Ok((0, _))) => {
                 *guard = None;
-                return Err("codec exited without answering".into());
+                return Err(broken("codec exited without answering".into()));
             }
             Ok(Ok((_, reply))) => reply,
         };
         drop(guard);
-        parse_answer(&reply)
+        parse_answer(&reply).map_err(Broken::Fatal)
+    }
+}
+
+/// Why an exchange with the co-process failed.
+enum Broken {
+    /// A process that was running before this call died: worth one retry.
+    Stale(String),
+    /// Anything else.
+    Fatal(String),
+}
+
+impl Broken {
+    fn into_message(self) -> String {
+        match self {
+            Broken::Stale(m) | Broken::Fatal(m) => m,
+        }
     }
 }
 

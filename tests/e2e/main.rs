@@ -6,3 +6,4 @@ mod support;
 
 mod chain;
 mod qoder;
+mod trae;

@@ -506,3 +506,69 @@ async fn bili_mode_proxy_still_gives_the_agent_its_text() {
     );
     let _ = qoder::PATH;
 }
+
+#[tokio::test]
+async fn the_exec_codec_signs_every_attempt_anew() {
+    use shimgate_shim_qoder::codec::{decode_body, test_secret, verify_test_signature};
+    let up = Upstream::sequence(vec![Reply::json(502, "try again"), answer("signed", 10)]).await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/qoder_codec.py");
+    let toml = format!(
+        "[shims.qoder]\ncodec = \"exec\"\ncodec_command = [\"python3\", \"{script}\"]\n{}",
+        routes(&[&up])
+    );
+    let gate = Gate::start(&toml).await;
+    let resp = send_ask(&gate, &ask(&[json!({"role": "user", "content": "hi"})])).await;
+    assert_eq!(read_answer(&resp.body).0, "signed", "{}", resp.text());
+    let reqs = up.requests();
+    assert_eq!(reqs.len(), 2);
+    let mut signatures = HashSet::new();
+    let mut request_ids = HashSet::new();
+    for r in &reqs {
+        let auth = r.header("authorization").unwrap();
+        let sig = verify_test_signature(
+            &test_secret(),
+            auth,
+            r.header("cosy-date").unwrap(),
+            &r.body,
+            &r.path,
+        )
+        .unwrap_or_else(|e| panic!("bad signature: {e:?}"));
+        signatures.insert(auth.to_string());
+        let ask: Value = serde_json::from_slice(&decode_body(&r.body).unwrap()).unwrap();
+        request_ids.insert(ask["request_id"].as_str().unwrap().to_string());
+        let _ = sig;
+    }
+    assert_eq!(signatures.len(), 2, "each attempt is signed afresh");
+    assert_eq!(
+        request_ids.len(),
+        1,
+        "a retry keeps the rebuilt request's id"
+    );
+    let codec = &gate.status().await["qoderShim"]["codec"];
+    assert_eq!(codec["kind"], "exec");
+    assert_eq!(codec["starts"], 1, "one co-process serves every call");
+    assert_eq!(codec["calls"], 2);
+}
+
+#[tokio::test]
+async fn a_codec_that_dies_is_restarted() {
+    let up = Upstream::always(answer("alive", 10)).await;
+    let dir = tempdir();
+    let script = dir.join("die_after_one.py");
+    std::fs::write(
+        &script,
+        "import sys, json, base64\nline = sys.stdin.readline()\nreq = json.loads(line)\nprint(json.dumps({'url': req['route']['url'] + req['path'], 'headers': {'content-type': 'application/json'}, 'body': base64.b64encode(json.dumps(req['ask']).encode()).decode()}), flush=True)\n",
+    )
+    .unwrap();
+    let toml = format!(
+        "[shims.qoder]\ncodec = \"exec\"\ncodec_command = [\"python3\", \"{}\"]\n{}",
+        script.display(),
+        routes(&[&up])
+    );
+    let gate = Gate::start(&toml).await;
+    for _ in 0..2 {
+        let resp = send_ask(&gate, &ask(&[json!({"role": "user", "content": "hi"})])).await;
+        assert_eq!(read_answer(&resp.body).0, "alive", "{}", resp.text());
+    }
+    assert_eq!(gate.status().await["qoderShim"]["codec"]["starts"], 2);
+}

@@ -5,6 +5,7 @@
 pub mod client;
 pub mod proxy;
 pub mod qoder;
+pub mod trae;
 pub mod upstream;
 
 use std::net::SocketAddr;
