@@ -27,6 +27,20 @@ pub async fn handle(app: Arc<App>, shim: &'static str, req: Request<Incoming>) -
             return h.return_leg(app, rid, req).await;
         }
     }
+    if let Some(rid) = host::carried_rid(path, req.uri().query(), req.headers()) {
+        // A proxy that compresses one fixed path: the rid names the shim.
+        let shim_of_rid = app.rids.get(&rid).map(|e| e.shim);
+        return match shim_of_rid.and_then(|name| app.host(name)) {
+            Some(h) => h.return_leg(app, rid, req).await,
+            None => body::error_response(
+                StatusCode::GONE,
+                "RID_GONE",
+                &format!(
+                    "rid {rid} is unknown or expired (entries live 120 s, the newest 256 are kept)"
+                ),
+            ),
+        };
+    }
     let path_and_query = req.uri().path_and_query().map_or(path, |p| p.as_str());
     if let Some(h) = app.host(shim) {
         if h.is_inference(req.method().as_str(), path_and_query) {

@@ -20,7 +20,7 @@ use shimgate_shim_api::Shim;
 use tracing::{info_span, warn, Instrument};
 
 use super::translators::{Compose, Counting};
-use super::Host;
+use super::{Host, RID_BEARER_PREFIX, RID_HEADER, RID_QUERY};
 use crate::app::App;
 use crate::body::{self, Body, BoxError, ChannelBody};
 use crate::chain::{self, CallSpec, ChainResponse, FixedOutbound, TranslatorFactory};
@@ -32,8 +32,10 @@ use crate::router::{content_length, is_housekeeping, read_body};
 
 /// Agent headers passed on to the proxy: only ones that help it keep a
 /// session together. Credentials stay with shimgate (the return leg adds
-/// them back from the rid entry).
-fn forwarded_to_proxy(agent: &HeaderMap) -> HeaderMap {
+/// them back from the rid entry); in their place the proxy gets the rid, in
+/// the headers proxies forward to their upstream, including `authorization`
+/// (context-guardian forwards only that one on its summary calls).
+fn forwarded_to_proxy(agent: &HeaderMap, rid: &str) -> HeaderMap {
     let mut h = HeaderMap::new();
     for (name, value) in agent {
         let n = name.as_str();
@@ -49,7 +51,25 @@ fn forwarded_to_proxy(agent: &HeaderMap) -> HeaderMap {
         header::ACCEPT,
         HeaderValue::from_static("text/event-stream"),
     );
+    if let Ok(v) = HeaderValue::from_str(rid) {
+        h.insert(RID_HEADER, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&format!("Bearer {RID_BEARER_PREFIX}{rid}")) {
+        h.insert(header::AUTHORIZATION, v);
+    }
     h
+}
+
+/// The URL the ingress posts to: `{compressor}/{shim}/{rid}/chat/completions`,
+/// or, for a proxy that only compresses one fixed path (a compressor URL
+/// that already ends in `/chat/completions`, e.g. context-guardian's
+/// `/v1/chat/completions`), that URL with the rid as a query parameter.
+pub fn proxy_url(compressor: &str, shim: &str, rid: &str) -> String {
+    if compressor.ends_with("/chat/completions") {
+        format!("{compressor}?{RID_QUERY}={rid}")
+    } else {
+        format!("{compressor}/{shim}/{rid}/chat/completions")
+    }
 }
 
 pub(super) async fn handle<S: Shim>(
@@ -117,13 +137,13 @@ pub(super) async fn handle<S: Shim>(
             path_and_query.clone(),
             exchange::summarize(&openai),
         ));
-        let url = format!("{compressor}/{name}/{rid}/chat/completions");
+        let url = proxy_url(&compressor, name, &rid);
         let proxy_req = Request::post(&url)
             .body(Full::new(Bytes::from(
                 serde_json::to_vec(&*openai).unwrap_or_default(),
             )))
             .map(|mut r| {
-                *r.headers_mut() = forwarded_to_proxy(&parts.headers);
+                *r.headers_mut() = forwarded_to_proxy(&parts.headers, &rid);
                 r
             });
         let attempt = match proxy_req {

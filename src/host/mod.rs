@@ -166,6 +166,14 @@ impl<S: Shim> ShimHost for Host<S> {
     }
 }
 
+/// The header that carries the rid to proxies that compress a fixed path.
+pub const RID_HEADER: &str = "x-shimgate-rid";
+/// The query parameter that carries the rid to such proxies.
+pub const RID_QUERY: &str = "shimgate_rid";
+/// `Authorization: Bearer shimgate-rid-<rid>`: the placeholder credential
+/// the proxy forwards instead of the agent's real one.
+pub const RID_BEARER_PREFIX: &str = "shimgate-rid-";
+
 /// Splits a return-leg path `…/{shim}/{rid}/chat/completions` (any prefix a
 /// proxy may add is ignored).
 pub fn return_leg_path(path: &str) -> Option<(&str, &str)> {
@@ -175,9 +183,62 @@ pub fn return_leg_path(path: &str) -> Option<(&str, &str)> {
         .then_some((shim, rid))
 }
 
+/// The rid of a return-leg call that came on a fixed path (`…/chat/completions`
+/// with no rid segment): from [`RID_HEADER`], the [`RID_QUERY`] parameter or
+/// the placeholder bearer token, in that order.
+pub fn carried_rid(path: &str, query: Option<&str>, headers: &http::HeaderMap) -> Option<String> {
+    if !path.trim_end_matches('/').ends_with("/chat/completions") {
+        return None;
+    }
+    let plausible =
+        |r: &str| !r.is_empty() && r.len() <= 64 && r.bytes().all(|b| b.is_ascii_alphanumeric());
+    if let Some(r) = headers.get(RID_HEADER).and_then(|v| v.to_str().ok()) {
+        if plausible(r) {
+            return Some(r.to_string());
+        }
+    }
+    let from_query = query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|kv| kv.strip_prefix(RID_QUERY)?.strip_prefix('='));
+    if let Some(r) = from_query.filter(|r| plausible(r)) {
+        return Some(r.to_string());
+    }
+    headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| v.strip_prefix(RID_BEARER_PREFIX))
+        .filter(|r| plausible(r))
+        .map(str::to_owned)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rid_is_carried_by_header_query_or_placeholder_bearer() {
+        let mut h = http::HeaderMap::new();
+        assert_eq!(
+            carried_rid("/chat/completions", Some("shimgate_rid=ab12"), &h),
+            Some("ab12".into())
+        );
+        h.insert("authorization", "Bearer shimgate-rid-cd34".parse().unwrap());
+        assert_eq!(
+            carried_rid("/v1/chat/completions", None, &h),
+            Some("cd34".into())
+        );
+        h.insert(RID_HEADER, "ef56".parse().unwrap());
+        assert_eq!(
+            carried_rid("/chat/completions", None, &h),
+            Some("ef56".into())
+        );
+        assert_eq!(carried_rid("/v1/models", None, &h), None);
+        let mut bad = http::HeaderMap::new();
+        bad.insert("authorization", "Bearer sk-real-key".parse().unwrap());
+        assert_eq!(carried_rid("/chat/completions", None, &bad), None);
+    }
 
     #[test]
     fn return_leg_paths_are_recognised_with_any_prefix() {

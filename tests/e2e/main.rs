@@ -5,5 +5,6 @@
 mod support;
 
 mod chain;
+mod external;
 mod qoder;
 mod trae;

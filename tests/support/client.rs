@@ -99,3 +99,12 @@ pub async fn next_chunk(body: &mut Incoming) -> Option<Bytes> {
         }
     }
 }
+
+/// Whether a GET answers 2xx (false on connection errors).
+pub async fn get_ok(url: &str) -> bool {
+    let req = Request::builder()
+        .uri(url)
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    matches!(client().request(req).await, Ok(r) if r.status().is_success())
+}

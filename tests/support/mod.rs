@@ -3,6 +3,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod client;
+pub mod external;
 pub mod proxy;
 pub mod qoder;
 pub mod trae;
