@@ -1,5 +1,6 @@
 //! Command-line arguments (clap derive); only argument structs live here.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -45,4 +46,56 @@ pub enum Command {
         #[arg(long)]
         include_incomplete: bool,
     },
+    /// Run both shims, scripted providers and the reference compressor in one
+    /// process, play an agent on each wire, and show compression happening.
+    Demo {
+        /// Conversation turns per shim.
+        #[arg(long, default_value_t = 40)]
+        turns: u32,
+        /// Keep serving after the run (so you can curl /status).
+        #[arg(long)]
+        keep: bool,
+    },
+    /// The reference compression proxy on its own (OpenAI-compatible, keeps
+    /// the request path, shortens old messages past a threshold).
+    Compressor {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8787")]
+        listen: SocketAddr,
+        /// Upstream base URL (a shim listener, e.g. http://127.0.0.1:47011).
+        #[arg(long)]
+        upstream: String,
+        /// Compress once a request's message content passes this many characters.
+        #[arg(long, default_value_t = crate::compressor::DEFAULT_THRESHOLD_CHARS)]
+        threshold_chars: usize,
+    },
+    /// Translate a captured stream offline: what the shim would forward.
+    Translate {
+        /// Which shim's translation.
+        #[arg(long, value_enum)]
+        shim: ShimName,
+        /// `return`: upstream native SSE to bare OpenAI; `ingress`: OpenAI (as
+        /// the proxy relays it) to what the agent reads.
+        #[arg(long, value_enum)]
+        leg: Leg,
+        /// Report frame problems instead of translating.
+        #[arg(long)]
+        check: bool,
+    },
+}
+
+/// A shim, by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ShimName {
+    Qoder,
+    Trae,
+}
+
+/// A translation leg.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Leg {
+    /// Upstream native SSE to bare OpenAI frames.
+    Return,
+    /// Bare OpenAI frames to the agent's wire.
+    Ingress,
 }

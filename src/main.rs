@@ -14,5 +14,12 @@ fn main() -> ExitCode {
         Command::Serve { config } => serve::serve(config.as_deref()),
         Command::CheckConfig { file } => serve::check_config(&file),
         Command::Frames { include_incomplete } => shimgate::frames::run_stdio(include_incomplete),
+        Command::Demo { turns, keep } => shimgate::demo::run(turns, keep),
+        Command::Compressor {
+            listen,
+            upstream,
+            threshold_chars,
+        } => shimgate::compressor::run(listen, &upstream, threshold_chars),
+        Command::Translate { shim, leg, check } => shimgate::translate::run(shim, leg, check),
     }
 }
