@@ -51,8 +51,46 @@ pub fn names(headers: &HeaderMap) -> Vec<String> {
     v
 }
 
+/// Masks credential-looking words in text that came from outside (an
+/// upstream's error body may echo a token back): `Bearer xyz`, `sk-…`,
+/// `COSY.…`, `Cloud-IDE-JWT …`.
+pub fn redact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut mask_next = false;
+    for (i, word) in text.split(' ').enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        let bare = word.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+        let secret = mask_next
+            || bare.starts_with("sk-")
+            || bare.starts_with("COSY.")
+            || (bare.len() >= 32
+                && bare
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                && bare.chars().any(|c| c.is_ascii_digit()));
+        mask_next = matches!(bare, "Bearer" | "bearer" | "Cloud-IDE-JWT" | "Basic");
+        if secret && !bare.is_empty() {
+            out.push_str(&word.replace(bare, "***"));
+        } else {
+            out.push_str(word);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn tokens_in_text_are_masked() {
+        assert_eq!(
+            redact("auth failed for Bearer abc123 and key sk-live-1 and Cloud-IDE-JWT eyJx"),
+            "auth failed for Bearer *** and key *** and Cloud-IDE-JWT ***"
+        );
+        assert_eq!(redact("plain words stay"), "plain words stay");
+    }
+
     use super::*;
     use http::HeaderValue;
 

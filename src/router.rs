@@ -18,8 +18,20 @@ use crate::status;
 /// Handles one request on the listener of `shim`.
 pub async fn handle(app: Arc<App>, shim: &'static str, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path();
-    if req.method() == Method::GET && path == "/status" {
-        return body::json_response(StatusCode::OK, &status::document(&app));
+    match (req.method(), path) {
+        (&Method::GET, "/status") => {
+            return body::json_response(StatusCode::OK, &status::document(&app));
+        }
+        (&Method::GET, "/metrics") => {
+            let mut resp = Response::new(body::full(crate::metrics::render(&app)));
+            resp.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            return resp;
+        }
+        (&Method::POST, "/reload") => return reload(&app),
+        _ => {}
     }
     if let Some((name, rid)) = host::return_leg_path(path) {
         if let Some(h) = app.host(name) {
@@ -48,6 +60,24 @@ pub async fn handle(app: Arc<App>, shim: &'static str, req: Request<Incoming>) -
         }
     }
     passthrough(app, shim, req).await
+}
+
+/// `POST /reload`: re-reads the config file; a bad file is refused with its
+/// key-path error and the running config stays.
+fn reload(app: &App) -> Response<Body> {
+    match app.reload() {
+        Ok(config) => {
+            tracing::info!("config reloaded (POST /reload)");
+            body::json_response(
+                StatusCode::OK,
+                &serde_json::json!({"ok": true, "path": config.source.as_ref().map(|p| p.display().to_string())}),
+            )
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "config reload rejected; the old config stays");
+            body::error_response(StatusCode::BAD_REQUEST, "CONFIG_INVALID", &e.to_string())
+        }
+    }
 }
 
 /// Why a request body could not be read.
@@ -119,6 +149,7 @@ pub async fn passthrough(
     shim: &'static str,
     req: Request<Incoming>,
 ) -> Response<Body> {
+    let received = std::time::Instant::now();
     let live = app.live();
     let config = &live.config;
     let declared = content_length(&req);
@@ -149,8 +180,10 @@ pub async fn passthrough(
             body: bytes,
         }),
         translator: None,
+        received,
     };
-    let resp = chain::call(&app.chain_ctx(), spec).await;
+    let span = tracing::info_span!("passthrough", shim);
+    let resp = tracing::Instrument::instrument(chain::call(&app.chain_ctx(), spec), span).await;
     if let chain::ChainResponse::Failed(e) = &resp {
         app.shim_stats(shim).error(e.message());
     }

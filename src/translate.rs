@@ -1,13 +1,291 @@
-//! `shimgate translate`: offline translation of a captured stream
-//! (placeholder until it lands).
+//! `shimgate translate`: runs a captured stream through one leg of a shim,
+//! offline, and writes what the shim would forward; with `--check` it
+//! reports the frame problems a compression proxy would trip over instead
+//! (the usual cause of "stream truncated").
 
+use std::io::{Read, Write};
 use std::process::ExitCode;
+
+use bytes::{Bytes, BytesMut};
+use serde_json::{json, Value};
+use shimgate_shim_api::sse::SseParser;
+use shimgate_shim_api::{FrameClass, StreamTranslator};
 
 use crate::cli::{Leg, ShimName};
 
+fn translator(shim: ShimName, leg: Leg) -> Box<dyn StreamTranslator> {
+    let request = json!({"stream": true});
+    match (shim, leg) {
+        (ShimName::Qoder, Leg::Return) => {
+            Box::new(shimgate_shim_qoder::QoderReturnLeg::for_request(&request))
+        }
+        (ShimName::Qoder, Leg::Ingress) => Box::new(shimgate_shim_qoder::QoderIngress::new()),
+        (ShimName::Trae, Leg::Return) => Box::new(shimgate_shim_trae::ToOpenAi::new(&request)),
+        (ShimName::Trae, Leg::Ingress) => Box::new(shimgate_shim_trae::ToSolo::new()),
+    }
+}
+
+/// Translates a whole stream as the runtime would (events until the end or
+/// an error, then `eof`, and `fail` for a cut stream), calling `emit` with
+/// every piece of output as soon as it exists.
+pub fn translate_stream(
+    shim: ShimName,
+    leg: Leg,
+    input: &mut dyn Read,
+    emit: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let mut t = translator(shim, leg);
+    let mut parser = SseParser::new();
+    let mut out = BytesMut::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match input.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        parser.push(Bytes::copy_from_slice(&buf[..n]));
+        loop {
+            match parser.next_event() {
+                Ok(Some(ev)) => match t.event(&ev, &mut out) {
+                    FrameClass::End | FrameClass::Error(_) => {
+                        emit(&out)?;
+                        return Ok(());
+                    }
+                    FrameClass::Content | FrameClass::NotContent => {}
+                },
+                Ok(None) => break,
+                Err(e) => {
+                    let f = shimgate_shim_api::Failure::new(
+                        shimgate_shim_api::FailureCode::Server,
+                        e.to_string(),
+                    );
+                    t.fail(&f, &mut out);
+                    emit(&out)?;
+                    return Ok(());
+                }
+            }
+        }
+        if !out.is_empty() {
+            emit(&out.split())?;
+        }
+    }
+    if let FrameClass::Error(f) = t.eof(&mut out) {
+        t.fail(&f, &mut out);
+    }
+    emit(&out)
+}
+
+/// One problem in a stream, as a proxy would see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// 1-based frame number (0 for the stream as a whole).
+    pub frame: usize,
+    /// What is wrong.
+    pub what: String,
+}
+
+/// Checks a stream meant to be bare OpenAI SSE (what the return leg sends a
+/// proxy): one `data:` line per frame, `\n\n` between frames, JSON data, no
+/// envelope keys, one `[DONE]` at the end.
+pub fn check_openai(bytes: &[u8]) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let text = String::from_utf8_lossy(bytes)
+        .replace("\r\n", "\n")
+        .replace('\r', "\n");
+    let mut done = 0;
+    let frames: Vec<&str> = text
+        .split("\n\n")
+        .filter(|f| !f.trim().is_empty())
+        .collect();
+    for (i, frame) in frames.iter().enumerate() {
+        let n = i + 1;
+        let lines: Vec<&str> = frame.lines().filter(|l| !l.starts_with(':')).collect();
+        let data: Vec<&str> = lines
+            .iter()
+            .filter_map(|l| {
+                l.strip_prefix("data:")
+                    .map(|d| d.strip_prefix(' ').unwrap_or(d))
+            })
+            .collect();
+        if data.is_empty() {
+            problems.push(Problem {
+                frame: n,
+                what: "no data: line (a proxy drops it)".into(),
+            });
+            continue;
+        }
+        if data.len() > 1 {
+            problems.push(Problem {
+                frame: n,
+                what: format!("{} data: lines in one event: frames separated by a single \\n? a proxy reads only the first", data.len()),
+            });
+        }
+        if lines.iter().any(|l| l.starts_with("event:")) {
+            problems.push(Problem {
+                frame: n,
+                what: "an event: line (a proxy ignores it; the data alone must carry the meaning)"
+                    .into(),
+            });
+        }
+        for d in &data {
+            if *d == "[DONE]" {
+                done += 1;
+                continue;
+            }
+            match serde_json::from_str::<Value>(d) {
+                Ok(v) => {
+                    if v.get("statusCodeValue").is_some()
+                        || (v.get("body").is_some() && v.get("headers").is_some())
+                    {
+                        problems.push(Problem { frame: n, what: "envelope keys left (statusCodeValue/body): the chunk is still wrapped".into() });
+                    } else if v.get("choices").is_none() && v.get("error").is_none() {
+                        problems.push(Problem {
+                            frame: n,
+                            what: "no choices: a proxy drops this frame silently".into(),
+                        });
+                    }
+                }
+                Err(_) => problems.push(Problem {
+                    frame: n,
+                    what: "data is not JSON".into(),
+                }),
+            }
+        }
+    }
+    if !text.is_empty() && !text.ends_with("\n\n") {
+        problems.push(Problem {
+            frame: frames.len(),
+            what: "the last frame is not ended by a blank line".into(),
+        });
+    }
+    match done {
+        0 => problems.push(Problem {
+            frame: 0,
+            what: "no data: [DONE]".into(),
+        }),
+        1 => {}
+        n => problems.push(Problem {
+            frame: 0,
+            what: format!("{n} data: [DONE] frames"),
+        }),
+    }
+    problems
+}
+
 /// Runs the command on stdin/stdout.
 pub fn run(shim: ShimName, leg: Leg, check: bool) -> ExitCode {
-    let _ = (shim, leg, check);
-    eprintln!("shimgate translate: not built yet");
-    ExitCode::FAILURE
+    let stdin = std::io::stdin();
+    let mut input = stdin.lock();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if !check {
+        let result = translate_stream(shim, leg, &mut input, &mut |b: &[u8]| {
+            out.write_all(b)?;
+            out.flush()
+        });
+        return match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("shimgate translate: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let mut captured = Vec::new();
+    if let Err(e) = input.read_to_end(&mut captured) {
+        eprintln!("shimgate translate: {e}");
+        return ExitCode::FAILURE;
+    }
+    let mut translated = Vec::new();
+    let _ = translate_stream(shim, leg, &mut captured.as_slice(), &mut |b: &[u8]| {
+        translated.extend_from_slice(b);
+        Ok(())
+    });
+    let report = |label: &str, problems: &[Problem]| {
+        if problems.is_empty() {
+            format!("{label}: clean\n")
+        } else {
+            let mut s = format!("{label}: {} problem(s)\n", problems.len());
+            for p in problems {
+                if p.frame == 0 {
+                    s.push_str(&format!("  stream: {}\n", p.what));
+                } else {
+                    s.push_str(&format!("  frame {}: {}\n", p.frame, p.what));
+                }
+            }
+            s
+        }
+    };
+    let shim_name = match shim {
+        ShimName::Qoder => "qoder",
+        ShimName::Trae => "trae",
+    };
+    let text = match leg {
+        Leg::Return => {
+            let input_problems = check_openai(&captured);
+            let output_problems = check_openai(&translated);
+            let clean = output_problems.is_empty();
+            let s = format!(
+                "{}{}",
+                report(
+                    "input as a proxy would see it untranslated",
+                    &input_problems
+                ),
+                report(
+                    &format!("after the {shim_name} return leg"),
+                    &output_problems
+                )
+            );
+            (s, clean)
+        }
+        Leg::Ingress => {
+            let input_problems = check_openai(&captured);
+            let clean = input_problems.is_empty();
+            let frames = shimgate_shim_api::sse::parse_all(&translated)
+                .map(|v| v.len())
+                .unwrap_or(0);
+            let s = format!(
+                "{}after the {shim_name} ingress: {frames} frame(s) for the agent\n",
+                report("input from the proxy", &input_problems)
+            );
+            (s, clean)
+        }
+    };
+    let _ = out.write_all(text.0.as_bytes());
+    if text.1 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn single_newline_frames_are_reported() {
+        let p = check_openai(b"data: {\"choices\":[]}\ndata: {\"choices\":[]}\n\ndata: [DONE]\n\n");
+        assert_eq!(p.len(), 1);
+        assert!(p[0].what.contains("single \\n"), "{p:?}");
+    }
+
+    #[test]
+    fn envelopes_and_a_missing_done_are_reported() {
+        let p = check_openai(b"data: {\"headers\":{},\"body\":\"{}\",\"statusCodeValue\":200}\n\n");
+        let whats: Vec<_> = p.iter().map(|p| p.what.as_str()).collect();
+        assert!(whats.iter().any(|w| w.contains("envelope")));
+        assert!(whats.iter().any(|w| w.contains("no data: [DONE]")));
+    }
+
+    #[test]
+    fn a_clean_stream_has_no_problems() {
+        assert!(check_openai(
+            b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"
+        )
+        .is_empty());
+    }
 }

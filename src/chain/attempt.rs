@@ -16,6 +16,7 @@ use shimgate_shim_api::{Failure, FailureCode, FrameClass, StreamTranslator};
 use super::{policy, BodyTx, CallSpec, ChainCtx};
 use crate::config::Route;
 use crate::headers;
+use crate::metrics::Latency;
 
 /// Frames held back before the first content frame, at most. Role deltas,
 /// heartbeats and metadata are tiny; past 1 MiB without content the answer
@@ -33,6 +34,8 @@ pub struct Verbatim {
 }
 
 /// The outcome of an attempt before anything reached the client.
+// Moved once per attempt; boxing would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 pub enum PreCommit {
     /// The answer is committed; stream it with [`stream`].
     Committed(Committed),
@@ -53,6 +56,9 @@ pub struct Committed {
     status: StatusCode,
     headers: HeaderMap,
     mode: Mode,
+    /// Time the upstream took from our send to its first content (or head,
+    /// for a raw answer): the part of the call that is not our overhead.
+    pub upstream_time: Duration,
 }
 
 // Boxing the SSE state would cost an allocation per call to save stack
@@ -100,6 +106,7 @@ pub async fn relay(
             translator,
             body,
         },
+        upstream_time: Duration::ZERO,
     };
     stream(ctx, idle, committed, tx).await
 }
@@ -143,6 +150,7 @@ pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCo
         );
     }
     let timeouts = &spec.timeouts;
+    let sent_at = std::time::Instant::now();
     let resp = match tokio::time::timeout(timeouts.first_byte, ctx.client.request(req)).await {
         Err(_) => {
             return failed(Failure::new(
@@ -156,6 +164,7 @@ pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCo
         Ok(Err(e)) => return failed(client_failure(&e)),
         Ok(Ok(r)) => r,
     };
+    ctx.state.latency.first_byte[Latency::slot(spec.shim)].observe(sent_at.elapsed());
     let (parts, body) = resp.into_parts();
     if !parts.status.is_success() {
         let bytes = read_bounded(body, ERROR_BODY_LIMIT, timeouts.idle).await;
@@ -193,6 +202,7 @@ pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCo
                 status: parts.status,
                 headers,
                 mode: Mode::Raw { body },
+                upstream_time: sent_at.elapsed(),
             });
         }
     };
@@ -255,6 +265,7 @@ pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCo
                             translator,
                             body,
                         },
+                        upstream_time: sent_at.elapsed(),
                     })
                 }
                 FrameClass::Error(failure) => {
@@ -283,6 +294,7 @@ pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCo
                     translator,
                     body,
                 },
+                upstream_time: sent_at.elapsed(),
             });
         }
     }
@@ -441,7 +453,7 @@ async fn read_bounded(mut body: Incoming, limit: usize, idle: Duration) -> Bytes
 
 /// A short reason from an error body: whitespace collapsed, at most 300 chars.
 fn summary(text: &str) -> String {
-    let collapsed: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let collapsed = headers::redact(&text.split_whitespace().collect::<Vec<_>>().join(" "));
     let mut out: String = collapsed.chars().take(300).collect();
     if collapsed.chars().count() > 300 {
         out.push('…');

@@ -31,7 +31,7 @@ use serde_json::json;
 use shimgate_shim_api::{Failure, FailureCode, StreamTranslator};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{info, warn, Instrument};
 
 use crate::body::{self, Body, BoxError, ChannelBody};
 use crate::config::{Ordering, RetryPolicy, Route, Timeouts};
@@ -70,6 +70,8 @@ pub struct CallSpec {
     pub translator: Option<TranslatorFactory>,
     /// Housekeeping calls (compaction, session titles): first route, one try.
     pub housekeeping: bool,
+    /// When the client's request arrived (for the overhead histogram).
+    pub received: Instant,
 }
 
 /// The pieces of the runtime a call needs.
@@ -237,7 +239,8 @@ enum Head {
 pub async fn call(ctx: &ChainCtx, spec: CallSpec) -> ChainResponse {
     let (head_tx, head_rx) = oneshot::channel();
     let (body_tx, body) = ChannelBody::channel();
-    tokio::spawn(drive(ctx.clone(), spec, head_tx, body_tx));
+    // The task keeps the caller's span (shim, rid), so its log lines do too.
+    tokio::spawn(drive(ctx.clone(), spec, head_tx, body_tx).instrument(tracing::Span::current()));
     match head_rx.await {
         Ok(Head::Stream {
             status,
@@ -420,6 +423,15 @@ async fn drive(ctx: ChainCtx, spec: CallSpec, mut head_tx: oneshot::Sender<Head>
                     return;
                 }
                 attempt::PreCommit::Committed(committed) => {
+                    if index == 0 && tries == 1 {
+                        let overhead = spec
+                            .received
+                            .elapsed()
+                            .saturating_sub(committed.upstream_time);
+                        ctx.state.latency.overhead[crate::metrics::Latency::slot(spec.shim)]
+                            .observe(overhead);
+                    }
+                    let _streaming = ctx.state.stream_started();
                     let (status, headers) = committed.head(&route.name);
                     if head_tx
                         .send(Head::Stream {

@@ -6,7 +6,7 @@
 //! touched by a reload.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -15,6 +15,7 @@ use shimgate_shim_api::FailureCode;
 
 use crate::clock::{epoch_ms, iso8601};
 use crate::config::{Ordering, OrderingMode, Route};
+use crate::metrics::Latency;
 
 /// Attempts kept in the ring log.
 pub const RING_CAPACITY: usize = 200;
@@ -139,6 +140,19 @@ struct Inner {
 pub struct ChainState {
     inner: Mutex<Inner>,
     call_seq: AtomicU64,
+    streams: AtomicI64,
+    /// Latency histograms for `/metrics`.
+    pub latency: Latency,
+}
+
+/// Counts a stream in flight until dropped.
+#[derive(Debug)]
+pub struct StreamGuard<'a>(&'a AtomicI64);
+
+impl Drop for StreamGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, AtomicOrdering::Relaxed);
+    }
 }
 
 /// A slot against a route's concurrency cap, released on drop.
@@ -170,6 +184,17 @@ impl ChainState {
         // A poisoned lock only means another thread panicked mid-update of
         // counters; the data is still usable, so keep serving.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks an answer as streaming until the guard is dropped.
+    pub fn stream_started(&self) -> StreamGuard<'_> {
+        self.streams.fetch_add(1, AtomicOrdering::Relaxed);
+        StreamGuard(&self.streams)
+    }
+
+    /// Answers streaming right now.
+    pub fn streams_in_flight(&self) -> i64 {
+        self.streams.load(AtomicOrdering::Relaxed)
     }
 
     /// A new call number.

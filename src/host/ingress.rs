@@ -77,6 +77,7 @@ pub(super) async fn handle<S: Shim>(
     app: Arc<App>,
     req: Request<Incoming>,
 ) -> Response<Body> {
+    let received = std::time::Instant::now();
     let name = host.shim.name();
     let span = info_span!("ingress", shim = name, rid = tracing::field::Empty);
     async move {
@@ -105,7 +106,7 @@ pub(super) async fn handle<S: Shim>(
                 );
                 warn!("{why}");
                 stats.error(why);
-                return untouched(&app, name, &config, parts, native).await;
+                return untouched(&app, name, &config, parts, native, received).await;
             }
         };
         let original = Arc::new(folded.original);
@@ -123,6 +124,7 @@ pub(super) async fn handle<S: Shim>(
                 native,
                 &path_and_query,
                 &parts.headers,
+                received,
             )
             .await;
         };
@@ -185,6 +187,7 @@ pub(super) async fn handle<S: Shim>(
                         native,
                         &path_and_query,
                         &parts.headers,
+                        received,
                     )
                     .await;
                 }
@@ -236,6 +239,7 @@ fn relay<S: Shim>(
     let idle = config.timeouts.idle;
     let stats = app.shim_stats(host.shim.name());
     tokio::spawn(async move {
+        let _streaming = ctx.state.stream_started();
         if let Err(f) = chain::relay(&ctx, idle, incoming, translator, &tx).await {
             if f.code != shimgate_shim_api::FailureCode::Aborted {
                 stats.error(format!(
@@ -262,6 +266,7 @@ async fn direct<S: Shim>(
     native: Bytes,
     path_and_query: &str,
     agent_headers: &HeaderMap,
+    received: std::time::Instant,
 ) -> Response<Body> {
     let name = host.shim.name();
     let Some(shim_config) = config.shim(name) else {
@@ -287,6 +292,7 @@ async fn direct<S: Shim>(
         timeouts: config.timeouts.clone(),
         outbound,
         translator: Some(factory),
+        received,
         housekeeping,
     };
     let resp = chain::call(&app.chain_ctx(), spec).await;
@@ -303,6 +309,7 @@ async fn untouched(
     config: &Config,
     parts: http::request::Parts,
     native: Bytes,
+    received: std::time::Instant,
 ) -> Response<Body> {
     let Some(shim_config) = config.shim(name) else {
         return body::error_response(StatusCode::NOT_FOUND, "UNKNOWN_SHIM", name);
@@ -325,6 +332,7 @@ async fn untouched(
             body: native,
         }),
         translator: None,
+        received,
     };
     chain::call(&app.chain_ctx(), spec).await.into_response()
 }

@@ -52,6 +52,7 @@ pub(super) async fn handle<S: Shim>(
     rid: String,
     req: Request<Incoming>,
 ) -> Response<Body> {
+    let received = std::time::Instant::now();
     let name = host.shim.name();
     let span = info_span!("return_leg", shim = name, rid = %rid);
     async move {
@@ -124,6 +125,7 @@ pub(super) async fn handle<S: Shim>(
             timeouts: config.timeouts.clone(),
             outbound,
             translator: Some(factory),
+            received,
             housekeeping,
         };
         let resp = chain::call(&app.chain_ctx(), spec).await;

@@ -6,5 +6,6 @@ mod support;
 
 mod chain;
 mod external;
+mod operator;
 mod qoder;
 mod trae;

@@ -2,6 +2,7 @@
 //! client, and shimgate itself started in-process on port 0.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod bin;
 pub mod client;
 pub mod external;
 pub mod proxy;

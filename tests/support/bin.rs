@@ -1,0 +1,85 @@
+//! The real `shimgate` binary as a child process: `serve` with a config
+//! file, its ports read from the `listening` lines, its stderr kept for
+//! log checks.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// A running `shimgate serve`.
+pub struct Served {
+    pub child: Child,
+    pub qoder: String,
+    pub trae: String,
+    pub stderr_file: PathBuf,
+}
+
+impl Served {
+    /// Starts `shimgate [args] serve --config file`.
+    pub fn start(config: &Path, global_args: &[&str], env: &[(&str, &str)]) -> Served {
+        let stderr_file = config.with_extension("stderr.log");
+        let err = std::fs::File::create(&stderr_file).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_shimgate"));
+        cmd.args(global_args)
+            .arg("serve")
+            .arg("--config")
+            .arg(config)
+            .stdout(Stdio::piped())
+            .stderr(err)
+            .env_remove("RUST_LOG");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let (mut qoder, mut trae) = (String::new(), String::new());
+        while qoder.is_empty() || trae.is_empty() {
+            let Some(Ok(line)) = lines.next() else {
+                panic!(
+                    "shimgate exited: {}",
+                    std::fs::read_to_string(&stderr_file).unwrap_or_default()
+                );
+            };
+            let parts: Vec<&str> = line.split_whitespace().collect();
+            match parts.as_slice() {
+                ["listening", "qoder", addr] => qoder = format!("http://{addr}"),
+                ["listening", "trae", addr] => trae = format!("http://{addr}"),
+                _ => {}
+            }
+        }
+        Served {
+            child,
+            qoder,
+            trae,
+            stderr_file,
+        }
+    }
+
+    /// Everything written to stderr so far.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_file).unwrap_or_default()
+    }
+
+    /// Sends a signal (`HUP`, `TERM`).
+    pub fn signal(&self, sig: &str) {
+        Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A fresh temporary directory.
+pub fn tempdir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("shimgate-test-{:016x}", fastrand::u64(..)));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
