@@ -1,14 +1,304 @@
-//! The reference compression proxy (placeholder until it lands).
+//! The reference compressor: a small OpenAI-compatible compression proxy
+//! that behaves like the real ones shimgate sits behind (same path forwarded
+//! to one upstream base, old turns shortened past a threshold, a preamble
+//! always added, answers streamed), so the demo and the tests need nothing
+//! from outside.
 
+mod proxy;
+pub mod rewrite;
+
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+pub use rewrite::{Policy, Rewrite, DEFAULT_KEEP_TURNS, PREAMBLE, SIDE_REQUEST_MAX_TOKENS};
 
 /// Default threshold: compress once message content passes this many characters.
 pub const DEFAULT_THRESHOLD_CHARS: usize = 8000;
 
-/// Runs the compressor until stopped.
+/// Request bodies above this answer 413 (32 MiB, shimgate's own default).
+pub const MAX_BODY_BYTES: u64 = 32 * 1024 * 1024;
+
+/// Time allowed for the upstream's response head (a model may think long
+/// before its first byte).
+pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// TCP connect timeout towards the upstream.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Running totals, readable while the compressor serves.
+#[derive(Debug, Default)]
+pub struct Stats {
+    requests: AtomicU64,
+    rewritten: AtomicU64,
+    compressed: AtomicU64,
+    untouched: AtomicU64,
+    rejected: AtomicU64,
+    upstream_errors: AtomicU64,
+    chars_before: AtomicU64,
+    chars_after: AtomicU64,
+}
+
+/// A snapshot of [`Stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Every request received.
+    pub requests: u64,
+    /// Chat requests rewritten (preamble added, maybe summarised).
+    pub rewritten: u64,
+    /// Of those, the ones whose older turns were summarised.
+    pub compressed: u64,
+    /// Chat requests forwarded byte for byte (side requests, no messages).
+    pub untouched: u64,
+    /// Requests refused (malformed JSON, body too large).
+    pub rejected: u64,
+    /// Requests whose upstream could not be reached or did not answer.
+    pub upstream_errors: u64,
+    /// Message content characters of rewritten requests, before.
+    pub chars_before: u64,
+    /// The same, after.
+    pub chars_after: u64,
+}
+
+impl Stats {
+    /// The current values.
+    pub fn snapshot(&self) -> Counters {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Counters {
+            requests: get(&self.requests),
+            rewritten: get(&self.rewritten),
+            compressed: get(&self.compressed),
+            untouched: get(&self.untouched),
+            rejected: get(&self.rejected),
+            upstream_errors: get(&self.upstream_errors),
+            chars_before: get(&self.chars_before),
+            chars_after: get(&self.chars_after),
+        }
+    }
+}
+
+/// Why the compressor could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The upstream is not an http(s) base URL.
+    #[error("--upstream {url:?}: {why}")]
+    BadUpstream { url: String, why: String },
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// A running compressor; it stops accepting when dropped (requests in
+/// flight finish).
+pub struct Compressor {
+    addr: SocketAddr,
+    stats: Arc<Stats>,
+    stop: CancellationToken,
+}
+
+impl Compressor {
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://ADDR`, what shimgate's `compressor.url` should say.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The counters so far.
+    pub fn counters(&self) -> Counters {
+        self.stats.snapshot()
+    }
+}
+
+impl Drop for Compressor {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Checks an upstream base URL and drops its trailing slash.
+fn upstream_base(url: &str) -> Result<String, StartError> {
+    let bad = |why: &str| StartError::BadUpstream {
+        url: url.to_string(),
+        why: why.to_string(),
+    };
+    let base = url.trim_end_matches('/');
+    let uri: http::Uri = base
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(bad("must start with http:// or https://"));
+    }
+    if uri.authority().is_none() {
+        return Err(bad("has no host"));
+    }
+    if uri.query().is_some() {
+        return Err(bad(
+            "must not carry a query (the request's own query is appended)",
+        ));
+    }
+    Ok(base.to_string())
+}
+
+/// Binds `listen` (port 0 picks a free port) and serves until the returned
+/// handle is dropped, forwarding every request to `upstream` + its path.
+pub async fn start(
+    listen: SocketAddr,
+    upstream: &str,
+    policy: Policy,
+) -> Result<Compressor, StartError> {
+    let upstream = upstream_base(upstream)?;
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: listen,
+            source,
+        })?;
+    let addr = listener.local_addr().unwrap_or(listen);
+    if !addr.ip().is_loopback() {
+        warn!(%addr, "the compressor listens beyond loopback: anyone who can reach it can use the upstream");
+    }
+    let stats = Arc::new(Stats::default());
+    let stop = CancellationToken::new();
+    let shared = Arc::new(proxy::Shared {
+        upstream,
+        policy,
+        stats: stats.clone(),
+        client: crate::upstream::client(CONNECT_TIMEOUT),
+    });
+    tokio::spawn(accept_loop(listener, shared, stop.clone()));
+    Ok(Compressor { addr, stats, stop })
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<proxy::Shared>, stop: CancellationToken) {
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors and the like: back off briefly
+                // instead of spinning.
+                warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let shared = shared.clone();
+                async move { Ok::<_, Infallible>(proxy::handle(shared, req).await) }
+            });
+            // Connection errors are the peer's business (resets, bad HTTP).
+            let _ = hyper::server::conn::http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// `shimgate compressor`: runs until SIGINT or SIGTERM. Prints
+/// `listening ADDR` on stdout once bound, so scripts using port 0 learn it.
 pub fn run(listen: SocketAddr, upstream: &str, threshold_chars: usize) -> ExitCode {
-    let _ = (listen, upstream, threshold_chars);
-    eprintln!("shimgate compressor: not built yet");
-    ExitCode::FAILURE
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("shimgate compressor: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let policy = Policy {
+        threshold_chars,
+        keep_turns: DEFAULT_KEEP_TURNS,
+    };
+    runtime.block_on(async move {
+        let compressor = match start(listen, upstream, policy).await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("shimgate compressor: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        println!("listening {}", compressor.addr());
+        info!(
+            addr = %compressor.addr(),
+            upstream,
+            threshold_chars,
+            keep_turns = DEFAULT_KEEP_TURNS,
+            "compressor ready"
+        );
+        wait_for_stop().await;
+        let c = compressor.counters();
+        info!(
+            requests = c.requests,
+            compressed = c.compressed,
+            chars_before = c.chars_before,
+            chars_after = c.chars_after,
+            "compressor stopped"
+        );
+        ExitCode::SUCCESS
+    })
+}
+
+/// Resolves on SIGINT or SIGTERM (Ctrl-C elsewhere).
+pub async fn wait_for_stop() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_bases_are_checked_and_trimmed() {
+        assert_eq!(
+            upstream_base("http://127.0.0.1:47011/").unwrap(),
+            "http://127.0.0.1:47011"
+        );
+        assert_eq!(
+            upstream_base("http://127.0.0.1:1/v1").unwrap(),
+            "http://127.0.0.1:1/v1"
+        );
+        for bad in ["127.0.0.1:47011", "ftp://x", "http://", "http://x/?a=1", ""] {
+            assert!(upstream_base(bad).is_err(), "{bad}");
+        }
+    }
 }
