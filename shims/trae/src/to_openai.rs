@@ -88,12 +88,16 @@ impl ToOpenAi {
     }
 
     /// Writes a chunk whose only choice has `delta` (the text between the
-    /// braces) and finish reason, then the `x_solo` text if any.
-    fn chunk(&self, out: &mut BytesMut, delta: &[u8], finish: Option<&str>, ext: &Ext) {
-        out.reserve(self.head.len() + delta.len() + ext.buf.len() + 64);
+    /// braces, in pieces so frame text is copied once) and finish reason,
+    /// then the `x_solo` text if any.
+    fn chunk(&self, out: &mut BytesMut, delta: &[&[u8]], finish: Option<&str>, ext: &Ext) {
+        let len: usize = delta.iter().map(|d| d.len()).sum();
+        out.reserve(self.head.len() + len + ext.buf.len() + 64);
         out.put_slice(&self.head);
         out.put_slice(b"{\"index\":0,\"delta\":{");
-        out.put_slice(delta);
+        for piece in delta {
+            out.put_slice(piece);
+        }
         out.put_slice(b"},\"finish_reason\":");
         match finish {
             Some(reason) => jw::string(out, reason),
@@ -128,7 +132,12 @@ impl ToOpenAi {
                 jw::string(&mut ext.buf, &String::from_utf8_lossy(&ev.data));
             }
         }
-        self.chunk(out, b"\"role\":\"assistant\",\"content\":\"\"", None, &ext);
+        self.chunk(
+            out,
+            &[b"\"role\":\"assistant\",\"content\":\"\""],
+            None,
+            &ext,
+        );
     }
 
     fn output(&mut self, ev: &SseEvent, out: &mut BytesMut) -> FrameClass {
@@ -164,29 +173,31 @@ impl ToOpenAi {
             ext.key(b"continues");
             ext.buf.put_slice(b"true");
         }
-        let mut delta = Vec::with_capacity(o.response.len() + o.reasoning.len() + 48);
+        let mut delta: Vec<&[u8]> = Vec::with_capacity(6);
         if o.has_text() {
-            delta.put_slice(b"\"content\":");
-            delta.put_slice(o.response);
+            delta.extend([&b"\"content\":"[..], o.response]);
         }
         if o.has_reasoning() {
-            if !delta.is_empty() {
-                delta.put_u8(b',');
-            }
-            delta.put_slice(b"\"reasoning_content\":");
-            delta.put_slice(o.reasoning);
+            let key: &[u8] = if delta.is_empty() {
+                b"\"reasoning_content\":"
+            } else {
+                b",\"reasoning_content\":"
+            };
+            delta.extend([key, o.reasoning]);
         }
         if split {
             self.chunk(out, &delta, None, &ext);
             delta.clear();
             ext = Ext::default();
         }
+        let mut calls = Vec::new();
         if !o.tools.is_empty() {
             if !delta.is_empty() {
-                delta.put_u8(b',');
+                calls.push(b',');
             }
-            tool_calls(&mut delta, &o.tools);
+            tool_calls(&mut calls, &o.tools);
             tool_extras(&mut ext, &o.tools);
+            delta.push(&calls);
         }
         self.chunk(out, &delta, None, &ext);
         FrameClass::Content
@@ -204,7 +215,7 @@ impl ToOpenAi {
         if self.named_call {
             reason = String::from("tool_calls");
         }
-        self.chunk(out, b"", Some(&reason), &Ext::default());
+        self.chunk(out, &[], Some(&reason), &Ext::default());
         if let (true, Some(usage)) = (self.include_usage, &self.usage) {
             out.put_slice(&self.head);
             out.put_slice(b"],\"usage\":");
