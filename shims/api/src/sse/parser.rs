@@ -465,7 +465,10 @@ impl Block {
     #[inline(always)]
     fn dispatch(&mut self) -> Option<SseEvent> {
         // The id is committed even when no event follows (the spec's step 1).
-        if self.last_id != self.id_buf {
+        // Comparing where the two point, not their bytes, is enough to skip
+        // the refcount bump when nothing changed since the last blank line.
+        if self.last_id.as_ptr() != self.id_buf.as_ptr() || self.last_id.len() != self.id_buf.len()
+        {
             self.last_id = self.id_buf.clone();
         }
         let event_type = self.event_type.take();
