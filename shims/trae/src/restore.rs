@@ -5,11 +5,14 @@
 //! `function`, Max-mode fields and unknown keys stay exactly as the agent
 //! sent them. `messages`, `tools` and the [`SAMPLING`] fields come from the
 //! compressed body, converted back to SOLO form; keys the compressed body
-//! adds (a proxy's own `tools`) follow the original's. A sampling field or
-//! `tools` the compressed body no longer has keeps the original's value: a
-//! proxy that re-serialises a body and drops a field should not change how
-//! the agent asked the model to sample (billion-context passes them through
-//! unchanged; `stream_options`, which it adds, is never taken).
+//! adds (a proxy's own `tools`) follow the original's. A sampling field the
+//! compressed body no longer has keeps the original's value: a proxy that
+//! re-serialises a body and drops a field should not change how the agent
+//! asked the model to sample (billion-context passes them through
+//! unchanged; `stream_options`, which it adds, is never taken). `tools` is
+//! the exception: a body without tools is a proxy's own side request (a
+//! summary) that wants text, so the agent's tools, `tool_choice` and
+//! `parallel_tool_calls` are left out then.
 //!
 //! Messages: string content → `[{"type":"text","text":…}]`, except that a
 //! string equal to what an original list of text parts folded to gives that
@@ -26,6 +29,9 @@ use shimgate_shim_api::ShimError;
 
 use crate::fold::{joined_text, SAMPLING};
 use crate::json_write as jw;
+
+/// Keys that only mean something next to `tools`.
+const TOOL_KEYS: [&str; 3] = ["tools", "tool_choice", "parallel_tool_calls"];
 
 /// Keys taken from the compressed body.
 fn taken(key: &str) -> bool {
@@ -54,7 +60,11 @@ pub fn restore_body(original: &Value, openai: &Value) -> Result<Vec<u8>, ShimErr
         jw::string(out, key);
         out.push(b':');
     };
+    let no_tools = !comp.contains_key("tools");
     for (key, value) in orig {
+        if no_tools && TOOL_KEYS.contains(&key.as_str()) && !comp.contains_key(key) {
+            continue;
+        }
         member(&mut out, key);
         match comp.get(key).filter(|_| taken(key)) {
             Some(from_proxy) => ctx.write_taken(&mut out, key, from_proxy),

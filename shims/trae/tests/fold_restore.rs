@@ -258,3 +258,21 @@ fn lite_body_round_trips_and_keeps_its_effort_spelling() {
     let back = restored(&folded.original, &folded.openai);
     assert_eq!(back, serde_json::from_slice::<Value>(&native).unwrap());
 }
+
+#[test]
+fn a_side_request_without_tools_goes_upstream_without_the_agents_tools() {
+    let folded = TraeShim.fold(&fixture("max_mode_request.json")).unwrap();
+    let summary = json!({"model":"glm-5.2","stream":false,"max_tokens":512,
+        "messages":[{"role":"user","content":"Summarise the conversation above."}]});
+    let back = restored(&folded.original, &summary);
+    assert!(back.get("tools").is_none());
+    assert!(back.get("tool_choice").is_none());
+    assert_eq!(back["max_tokens"], 512);
+    assert_eq!(
+        back["temperature"], 0.2,
+        "sampling the proxy left out stays the agent's"
+    );
+    assert_eq!(back["stream"], true, "SOLO only streams");
+    assert_eq!(back["config_name"], "glm-5.2");
+    assert_eq!(back["messages"].as_array().unwrap().len(), 1);
+}
