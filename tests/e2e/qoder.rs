@@ -572,3 +572,18 @@ async fn a_codec_that_dies_is_restarted() {
     }
     assert_eq!(gate.status().await["qoderShim"]["codec"]["starts"], 2);
 }
+
+#[tokio::test]
+async fn a_small_max_tokens_call_still_works_and_counts_as_a_side_request() {
+    let up = Upstream::always(answer("A short title", 10)).await;
+    let (gate, _proxy) = with_proxy(&[&up], Options::default(), "").await;
+    let mut body = ask(&[json!({"role": "user", "content": "name this session"})]);
+    body["parameters"]["max_tokens"] = json!(150);
+    let resp = send_ask(&gate, &body).await;
+    assert_eq!(read_answer(&resp.body).0, "A short title");
+    let q = &gate.status().await["qoderShim"];
+    assert_eq!(q["sideRequests"], 1);
+    assert_eq!(q["compacted"], 0);
+    assert_eq!(q["forwarded"], 1);
+    assert_eq!(up.requests()[0].json()["parameters"]["max_tokens"], 150);
+}
