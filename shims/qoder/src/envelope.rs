@@ -4,6 +4,8 @@
 
 use std::ops::Range;
 
+use bytes::BytesMut;
+
 use crate::scan::{Cursor, RawStr};
 
 /// The envelope's `statusCodeValue`.
@@ -22,8 +24,10 @@ pub(crate) enum Status {
 pub(crate) enum Body {
     /// No `body`, or `null`.
     Missing,
-    /// A string (to be decoded).
+    /// A string, not decoded.
     Str(RawStr),
+    /// A string, already decoded into the sink given to [`scan_top`].
+    Decoded(RawStr),
     /// Any other JSON value, as its raw text.
     Json(Range<usize>),
 }
@@ -43,7 +47,9 @@ impl Top {
     pub fn is_envelope(&self) -> bool {
         match self.status {
             Status::Code(_) | Status::OtherNumber => true,
-            Status::Absent => matches!(self.body, Body::Str(_)) && !self.has_choices,
+            Status::Absent => {
+                matches!(self.body, Body::Str(_) | Body::Decoded(_)) && !self.has_choices
+            }
         }
     }
 }
@@ -63,12 +69,16 @@ impl Status {
     }
 }
 
-/// Scans the top level of an object. `None` when the text is not an object
-/// the cursor can read with confidence (escaped keys, malformed): the caller
-/// asks `serde_json`.
+/// Scans the top level of an object. With a `sink`, a string `body` is
+/// decoded into it (on one line) in the same pass that finds its end: most
+/// frames are success envelopes, and the caller truncates the sink when the
+/// frame turns out to be something else. `None` when the text is not an
+/// object the cursor can read with confidence (escaped keys, malformed, a
+/// bad escape in `body`): the caller asks `serde_json`.
 ///
 /// A repeated key keeps its last value, as `serde_json` does.
-pub(crate) fn scan_top(json: &[u8]) -> Option<Top> {
+pub(crate) fn scan_top(json: &[u8], mut sink: Option<&mut BytesMut>) -> Option<Top> {
+    let sink_start = sink.as_ref().map_or(0, |s| s.len());
     let mut c = Cursor::new(json);
     c.enter_object()?;
     let mut top = Top {
@@ -82,7 +92,7 @@ pub(crate) fn scan_top(json: &[u8]) -> Option<Top> {
             return None;
         }
         match key.raw(json) {
-            b"body" => top.body = read_body(&mut c)?,
+            b"body" => top.body = read_body(&mut c, sink.as_deref_mut(), sink_start)?,
             b"statusCodeValue" => top.status = read_status(&mut c)?,
             b"choices" => {
                 top.has_choices = true;
@@ -94,10 +104,15 @@ pub(crate) fn scan_top(json: &[u8]) -> Option<Top> {
     c.at_end().then_some(top)
 }
 
-fn read_body(c: &mut Cursor<'_>) -> Option<Body> {
-    match c.peek()? {
-        b'"' => c.string().map(Body::Str),
-        b'n' => (c.literal()? == b"null").then_some(Body::Missing),
+fn read_body(c: &mut Cursor<'_>, sink: Option<&mut BytesMut>, sink_start: usize) -> Option<Body> {
+    match (c.peek()?, sink) {
+        (b'"', Some(out)) => {
+            // A repeated `body` replaces what an earlier one decoded.
+            out.truncate(sink_start);
+            c.string_into(out).map(Body::Decoded)
+        }
+        (b'"', None) => c.string().map(Body::Str),
+        (b'n', _) => (c.literal()? == b"null").then_some(Body::Missing),
         _ => {
             // `peek` skipped the whitespace: the value starts here.
             let start = c.offset();
@@ -134,7 +149,7 @@ mod tests {
     #[test]
     fn envelope_fields_are_found_in_any_order() {
         let j = br#"{"headers":{"Content-Type":["application/json"]},"body":"{\"a\":1}","statusCodeValue":200,"statusCode":"OK"}"#;
-        let top = scan_top(j).unwrap();
+        let top = scan_top(j, None).unwrap();
         assert_eq!(top.status, Status::Code(200));
         let Body::Str(raw) = top.body else {
             panic!("body not a string")
@@ -145,10 +160,10 @@ mod tests {
 
     #[test]
     fn null_and_object_bodies() {
-        let top = scan_top(br#"{"statusCodeValue":200,"body":null}"#).unwrap();
+        let top = scan_top(br#"{"statusCodeValue":200,"body":null}"#, None).unwrap();
         assert_eq!(top.body, Body::Missing);
         let j = br#"{"statusCodeValue":200,"body": {"x":[1]} }"#;
-        let top = scan_top(j).unwrap();
+        let top = scan_top(j, None).unwrap();
         let Body::Json(range) = top.body.clone() else {
             panic!("body not json")
         };
@@ -156,33 +171,44 @@ mod tests {
     }
 
     #[test]
+    fn body_is_decoded_into_the_sink_in_the_scan() {
+        let j = br#"{"body":"{\"a\":\"\u00e9\"}","statusCodeValue":200,"body":"{\"b\":1}"}"#;
+        let mut sink = BytesMut::from(&b"data: "[..]);
+        let top = scan_top(j, Some(&mut sink)).unwrap();
+        assert!(matches!(top.body, Body::Decoded(raw) if raw.escaped));
+        assert_eq!(&sink[..], br#"data: {"b":1}"#, "the last body wins");
+        let mut sink = BytesMut::new();
+        assert!(scan_top(br#"{"body":"\q"}"#, Some(&mut sink)).is_none());
+    }
+
+    #[test]
     fn bare_chunk_is_not_an_envelope() {
-        let top = scan_top(br#"{"id":"x","choices":[]}"#).unwrap();
+        let top = scan_top(br#"{"id":"x","choices":[]}"#, None).unwrap();
         assert!(!top.is_envelope());
-        let timing = scan_top(br#"{"firstTokenDuration":1}"#).unwrap();
+        let timing = scan_top(br#"{"firstTokenDuration":1}"#, None).unwrap();
         assert!(!timing.is_envelope());
     }
 
     #[test]
     fn string_body_without_status_or_choices_is_an_envelope() {
-        let top = scan_top(br#"{"body":"{}"}"#).unwrap();
+        let top = scan_top(br#"{"body":"{}"}"#, None).unwrap();
         assert!(top.is_envelope() && top.status.is_success());
     }
 
     #[test]
     fn odd_statuses() {
-        let top = scan_top(br#"{"statusCodeValue":-1,"body":"x"}"#).unwrap();
+        let top = scan_top(br#"{"statusCodeValue":-1,"body":"x"}"#, None).unwrap();
         assert_eq!(top.status, Status::OtherNumber);
         assert!(!top.status.is_success());
-        assert!(scan_top(br#"{"statusCodeValue":2-0,"body":"x"}"#).is_none());
-        let top = scan_top(br#"{"statusCodeValue":"200","body":"x"}"#).unwrap();
+        assert!(scan_top(br#"{"statusCodeValue":2-0,"body":"x"}"#, None).is_none());
+        let top = scan_top(br#"{"statusCodeValue":"200","body":"x"}"#, None).unwrap();
         assert_eq!(top.status, Status::Absent);
     }
 
     #[test]
     fn malformed_or_escaped_keys_are_unsure() {
-        assert!(scan_top(br#"{"bo\u0064y":"x"}"#).is_none());
-        assert!(scan_top(br#"{"body":"x""#).is_none());
-        assert!(scan_top(br#"{"body":"x"} trailing"#).is_none());
+        assert!(scan_top(br#"{"bo\u0064y":"x"}"#, None).is_none());
+        assert!(scan_top(br#"{"body":"x""#, None).is_none());
+        assert!(scan_top(br#"{"body":"x"} trailing"#, None).is_none());
     }
 }

@@ -8,6 +8,8 @@
 
 use bytes::{BufMut, BytesMut};
 
+use crate::scan::{find1, find2};
+
 /// Where the bytes written so far stand in the JSON text being written.
 #[derive(Debug, Default)]
 struct OneLine {
@@ -46,21 +48,27 @@ impl OneLine {
         }
     }
 
-    /// Writes bytes that hold no quote and no backslash (a raw run of a JSON
-    /// string's contents), fast when they hold no line break either.
-    fn push_plain_run(&mut self, out: &mut BytesMut, run: &[u8]) {
-        if run.is_empty() {
-            return;
-        }
-        if memchr::memchr2(b'\n', b'\r', run).is_some() {
-            for &b in run {
-                self.push(out, b);
+    /// Follows one byte already written, writing nothing.
+    fn track(&mut self, byte: u8) {
+        if self.in_string {
+            if self.escaped {
+                self.escaped = false;
+            } else if byte == b'\\' {
+                self.escaped = true;
+            } else if byte == b'"' {
+                self.in_string = false;
             }
-            return;
+        } else if byte == b'"' {
+            self.in_string = true;
         }
-        // The run's first byte is what a pending backslash escapes.
-        self.escaped = false;
-        out.extend_from_slice(run);
+    }
+
+    /// Writes bytes that hold no quote and no backslash (a raw run of a JSON
+    /// string's contents).
+    fn push_plain_run(&mut self, out: &mut BytesMut, run: &[u8]) {
+        for &b in run {
+            self.push(out, b);
+        }
     }
 }
 
@@ -95,17 +103,150 @@ pub(crate) fn put_one_line(out: &mut BytesMut, text: &[u8]) {
 /// (unknown escape, bad hex, lone surrogate); `out` may then hold part of
 /// the text and the caller truncates it.
 pub(crate) fn unescape_into(raw: &[u8], out: &mut BytesMut) -> Option<()> {
-    let mut state = OneLine::default();
-    let mut rest = raw;
-    out.reserve(raw.len());
+    decode(raw, out, Until::End).map(drop)
+}
+
+/// Decodes a JSON string whose opening quote was just read: `text` starts
+/// at its first byte and runs on past its closing quote. Returns how many
+/// bytes the string took, closing quote included, and whether it held an
+/// escape. Finding the end and decoding is one pass over the bytes.
+pub(crate) fn decode_string(text: &[u8], out: &mut BytesMut) -> Option<(usize, bool)> {
+    decode(text, out, Until::Quote)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Until {
+    /// The text is the string's contents.
+    End,
+    /// The string ends at the first unescaped quote.
+    Quote,
+}
+
+/// Bytes the fast loop stops at: quote, backslash, and raw control bytes.
+const SPECIAL: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = true;
+        b += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table
+};
+
+/// Where the fast loop stopped.
+enum Stop {
+    /// At the closing quote, at this offset.
+    Quote(usize),
+    /// At the end of the text.
+    End,
+    /// At a byte the careful loop must handle (a control byte to re-escape,
+    /// a raw break, a bad escape), at this offset.
+    Careful(usize),
+}
+
+fn decode(text: &[u8], out: &mut BytesMut, until: Until) -> Option<(usize, bool)> {
+    let base = out.len();
+    // Decoding never lengthens the text on this path (every escape shrinks
+    // or keeps its size), so the whole text's length is room enough.
+    out.resize(base + text.len(), 0);
+    let (stop, written, escaped) = decode_fast(text, out.get_mut(base..)?, until);
+    out.truncate(base + written);
+    match stop {
+        Stop::Quote(at) => Some((at + 1, escaped)),
+        Stop::End if until == Until::End => Some((text.len(), escaped)),
+        Stop::End => None,
+        Stop::Careful(at) => {
+            let mut state = OneLine::default();
+            for &b in out.get(base..)? {
+                state.track(b);
+            }
+            let (used, careful_escaped) = decode_careful(text, at, out, until, state)?;
+            Some((used, escaped || careful_escaped))
+        }
+    }
+}
+
+/// The common case: a plain byte loop writing into `room`; returns where
+/// it stopped, how many bytes it wrote and whether it met an escape.
+fn decode_fast(text: &[u8], room: &mut [u8], until: Until) -> (Stop, usize, bool) {
+    let mut read = 0;
+    let mut written = 0;
+    let mut escaped = false;
     loop {
-        let Some(at) = memchr::memchr(b'\\', rest) else {
+        let Some(&byte) = text.get(read) else {
+            return (Stop::End, written, escaped);
+        };
+        if !SPECIAL[usize::from(byte)] {
+            if let Some(slot) = room.get_mut(written) {
+                *slot = byte;
+            }
+            written += 1;
+            read += 1;
+            continue;
+        }
+        match (byte, text.get(read + 1)) {
+            (b'"', _) if until == Until::Quote => return (Stop::Quote(read), written, escaped),
+            (b'\\', Some(&kind @ (b'"' | b'\\' | b'/'))) => {
+                if let Some(slot) = room.get_mut(written) {
+                    *slot = kind;
+                }
+                written += 1;
+                read += 2;
+                escaped = true;
+            }
+            (b'\\', Some(b'u')) => {
+                let decoded = text.get(read + 2..).and_then(decode_unicode);
+                let Some((ch, used)) = decoded.filter(|(ch, _)| u32::from(*ch) >= 0x20) else {
+                    return (Stop::Careful(read), written, escaped);
+                };
+                let mut utf8 = [0u8; 4];
+                for &b in ch.encode_utf8(&mut utf8).as_bytes() {
+                    if let Some(slot) = room.get_mut(written) {
+                        *slot = b;
+                    }
+                    written += 1;
+                }
+                read += 2 + used;
+                escaped = true;
+            }
+            _ => return (Stop::Careful(read), written, escaped),
+        }
+    }
+}
+
+/// The careful loop, from `pos` on, for text with line breaks or control
+/// bytes: every byte goes through the one-line state.
+fn decode_careful(
+    text: &[u8],
+    mut pos: usize,
+    out: &mut BytesMut,
+    until: Until,
+    mut state: OneLine,
+) -> Option<(usize, bool)> {
+    let mut escaped = false;
+    loop {
+        let rest = text.get(pos..)?;
+        let found = match until {
+            Until::End => find1(b'\\', rest),
+            Until::Quote => find2(b'"', b'\\', rest),
+        };
+        let Some(at) = found else {
+            if until == Until::Quote {
+                return None;
+            }
             state.push_plain_run(out, rest);
-            return Some(());
+            return Some((text.len(), escaped));
         };
         state.push_plain_run(out, rest.get(..at)?);
-        let kind = *rest.get(at + 1)?;
-        let mut next = at + 2;
+        pos += at;
+        if rest.get(at) == Some(&b'"') {
+            return Some((pos + 1, escaped));
+        }
+        escaped = true;
+        let kind = *text.get(pos + 1)?;
+        pos += 2;
         let decoded = match kind {
             b'"' | b'\\' | b'/' => kind,
             b'b' => 0x08,
@@ -114,19 +255,17 @@ pub(crate) fn unescape_into(raw: &[u8], out: &mut BytesMut) -> Option<()> {
             b'r' => b'\r',
             b't' => b'\t',
             b'u' => {
-                let (ch, used) = decode_unicode(rest.get(next..)?)?;
-                next += used;
+                let (ch, used) = decode_unicode(text.get(pos..)?)?;
+                pos += used;
                 let mut utf8 = [0u8; 4];
                 for &b in ch.encode_utf8(&mut utf8).as_bytes() {
                     state.push(out, b);
                 }
-                rest = rest.get(next..)?;
                 continue;
             }
             _ => return None,
         };
         state.push(out, decoded);
-        rest = rest.get(next..)?;
     }
 }
 
@@ -205,6 +344,17 @@ mod tests {
     }
 
     #[test]
+    fn decode_string_stops_at_the_closing_quote() {
+        let mut out = BytesMut::new();
+        let text = br#"a\"b\\" , "next""#;
+        assert_eq!(decode_string(text, &mut out), Some((7, true)));
+        assert_eq!(&out[..], br#"a"b\"#);
+        out.clear();
+        assert_eq!(decode_string(b"plain\",1", &mut out), Some((6, false)));
+        assert_eq!(decode_string(br#"never closed\""#, &mut out), None);
+    }
+
+    #[test]
     fn put_one_line_keeps_line_free_text_byte_for_byte() {
         let mut out = BytesMut::new();
         put_one_line(&mut out, b"{\"a\":\"b\"}");
@@ -212,5 +362,68 @@ mod tests {
         out.clear();
         put_one_line(&mut out, b"{\"a\":\n\"b\nc\"}");
         assert_eq!(&out[..], b"{\"a\": \"b\\nc\"}");
+    }
+
+    /// Strings of quotes, backslashes, slashes, unicode and (sometimes)
+    /// control characters, from a fixed-seed generator.
+    fn samples() -> Vec<String> {
+        let pieces = [
+            "a", "\"", "\\", "/", "é", "😀", "你", " ", "{", "}", "\u{7f}", "x\\\"y",
+        ];
+        let controls = ["\n", "\r", "\t", "\u{8}", "\u{1}"];
+        let mut rng = fastrand::Rng::with_seed(7);
+        (0..500)
+            .map(|i| {
+                let mut text = String::new();
+                for _ in 0..rng.usize(0..40) {
+                    text.push_str(pieces[rng.usize(..pieces.len())]);
+                    if i % 3 == 0 && rng.u8(..) < 20 {
+                        text.push_str(controls[rng.usize(..controls.len())]);
+                    }
+                }
+                text
+            })
+            .collect()
+    }
+
+    #[test]
+    fn decoding_agrees_with_serde_json_on_generated_strings() {
+        for text in samples() {
+            // serde_json escapes only what it must; also try \u-escaping all.
+            let plain = serde_json::to_string(&text).unwrap();
+            let ascii: String = text
+                .encode_utf16()
+                .map(|u| format!("\\u{u:04x}"))
+                .collect::<String>();
+            for encoded in [plain, format!("\"{ascii}\"")] {
+                let mut out = BytesMut::new();
+                let inner = encoded.as_bytes().get(1..).unwrap();
+                let (used, _) = decode_string(inner, &mut out).unwrap();
+                assert_eq!(used, inner.len(), "{encoded}");
+                assert!(!out.contains(&b'\n') && !out.contains(&b'\r'));
+                if !text.bytes().any(|b| b < 0x20) {
+                    assert_eq!(std::str::from_utf8(&out).unwrap(), text, "{encoded}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn decoded_inner_json_keeps_its_meaning_with_control_characters() {
+        for text in samples() {
+            let inner = serde_json::json!({"choices": [{"delta": {"content": text}}]}).to_string();
+            // Pretty-printed inner JSON adds raw breaks outside strings too.
+            let pretty = serde_json::to_string_pretty(&serde_json::json!({"t": text})).unwrap();
+            for inner in [inner, pretty] {
+                let envelope = serde_json::to_string(&inner).unwrap();
+                let mut out = BytesMut::new();
+                let body = envelope.as_bytes().get(1..).unwrap();
+                decode_string(body, &mut out).unwrap();
+                assert!(!out.contains(&b'\n') && !out.contains(&b'\r'));
+                let got: serde_json::Value = serde_json::from_slice(&out).unwrap();
+                let want: serde_json::Value = serde_json::from_str(&inner).unwrap();
+                assert_eq!(got, want);
+            }
+        }
     }
 }

@@ -6,6 +6,39 @@
 //! input, that it stops (returns `None`) instead of reading out of bounds:
 //! every caller treats `None` as "unsure" and asks `serde_json` instead.
 
+use bytes::BytesMut;
+
+use crate::oneline::decode_string;
+
+/// How many bytes a plain loop checks before handing over to `memchr`:
+/// inside an envelope's `body` every inner quote is escaped, so the next
+/// quote or backslash is usually a few bytes away and `memchr`'s setup would
+/// cost more than the search.
+const SHORT_SCAN: usize = 32;
+
+/// The first `a` or `b` in `hay`: a plain loop over the first bytes,
+/// `memchr` beyond.
+#[inline]
+pub(crate) fn find2(a: u8, b: u8, hay: &[u8]) -> Option<usize> {
+    let head = hay.get(..SHORT_SCAN).unwrap_or(hay);
+    if let Some(at) = head.iter().position(|&x| x == a || x == b) {
+        return Some(at);
+    }
+    let tail = hay.get(SHORT_SCAN..)?;
+    memchr::memchr2(a, b, tail).map(|at| at + SHORT_SCAN)
+}
+
+/// The first `needle` in `hay`, like [`find2`].
+#[inline]
+pub(crate) fn find1(needle: u8, hay: &[u8]) -> Option<usize> {
+    let head = hay.get(..SHORT_SCAN).unwrap_or(hay);
+    if let Some(at) = head.iter().position(|&x| x == needle) {
+        return Some(at);
+    }
+    let tail = hay.get(SHORT_SCAN..)?;
+    memchr::memchr(needle, tail).map(|at| at + SHORT_SCAN)
+}
+
 /// The raw contents of a JSON string: the bytes between its quotes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RawStr {
@@ -91,7 +124,7 @@ impl<'a> Cursor<'a> {
         let mut escaped = false;
         loop {
             let rest = self.buf.get(self.pos..)?;
-            let at = memchr::memchr2(b'"', b'\\', rest)?;
+            let at = find2(b'"', b'\\', rest)?;
             let hit = self.pos + at;
             if rest.get(at) == Some(&b'"') {
                 self.pos = hit + 1;
@@ -105,6 +138,21 @@ impl<'a> Cursor<'a> {
             escaped = true;
             self.pos = hit + 2;
         }
+    }
+
+    /// Reads a string value, decoding it into `out` on the same pass.
+    pub fn string_into(&mut self, out: &mut BytesMut) -> Option<RawStr> {
+        if !self.eat(b'"') {
+            return None;
+        }
+        let start = self.pos;
+        let (used, escaped) = decode_string(self.buf.get(start..)?, out)?;
+        self.pos = start + used;
+        Some(RawStr {
+            start,
+            end: self.pos - 1,
+            escaped,
+        })
     }
 
     /// Reads a number or `true`/`false`/`null` token.

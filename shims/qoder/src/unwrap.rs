@@ -14,7 +14,7 @@ use shimgate_shim_api::{Failure, FrameClass, StreamTranslator};
 
 use crate::chunk::{self, Inner};
 use crate::classify::{self, UpstreamError};
-use crate::envelope::{scan_top, Body, Status};
+use crate::envelope::{scan_top, Body, Status, Top};
 use crate::frames;
 use crate::oneline::{put_one_line, unescape_into};
 
@@ -136,43 +136,58 @@ impl Unwrapper {
         if data.first() != Some(&b'{') {
             return self.inner(data, Origin::Bare, out);
         }
-        match scan_top(data) {
-            Some(top) if top.is_envelope() => self.envelope(data, top.status, &top.body, out),
-            Some(_) => self.inner(data, Origin::Bare, out),
-            None => self.parsed(data, out),
+        // Optimistically decode the body into the frame while scanning.
+        let frame_start = out.len();
+        out.extend_from_slice(DATA_PREFIX);
+        match scan_top(data, Some(out)) {
+            Some(top) if top.is_envelope() => self.envelope(data, frame_start, &top, out),
+            Some(_) => {
+                out.truncate(frame_start);
+                self.inner(data, Origin::Bare, out)
+            }
+            None => {
+                out.truncate(frame_start);
+                self.parsed(data, out)
+            }
         }
     }
 
-    /// An envelope read by the cursor: the body is decoded straight into
-    /// `out`, no `Value` built.
+    /// An envelope read by the cursor, its body (when a string) already
+    /// decoded after `frame_start`: no `Value` built.
     fn envelope(
         &mut self,
         data: &[u8],
-        status: Status,
-        body: &Body,
+        frame_start: usize,
+        top: &Top,
         out: &mut BytesMut,
     ) -> FrameClass {
-        if !status.is_success() {
-            let text = body_text(data, body);
-            return upstream_failure(out, classify::upstream_error(status.failed(), &text));
+        let body_start = frame_start + DATA_PREFIX.len();
+        if !top.status.is_success() {
+            let text = match &top.body {
+                Body::Decoded(_) => out.get(body_start..).unwrap_or_default().to_vec(),
+                other => body_text(data, other).into_owned(),
+            };
+            out.truncate(frame_start);
+            return upstream_failure(out, classify::upstream_error(top.status.failed(), &text));
         }
-        match body {
-            Body::Missing => FrameClass::NotContent,
-            Body::Json(range) => self.inner(
-                data.get(range.clone()).unwrap_or_default(),
-                Origin::Envelope,
-                out,
-            ),
-            Body::Str(raw) if !raw.escaped => self.inner(raw.raw(data), Origin::Envelope, out),
+        match &top.body {
+            Body::Decoded(_) => self.close_frame(frame_start, Origin::Envelope, out),
+            Body::Missing => {
+                out.truncate(frame_start);
+                FrameClass::NotContent
+            }
+            Body::Json(range) => {
+                out.truncate(frame_start);
+                self.inner(
+                    data.get(range.clone()).unwrap_or_default(),
+                    Origin::Envelope,
+                    out,
+                )
+            }
             Body::Str(raw) => {
-                let frame_start = out.len();
-                out.extend_from_slice(DATA_PREFIX);
-                if unescape_into(raw.raw(data), out).is_none() {
-                    // An escape serde_json refuses too: let it decide.
-                    out.truncate(frame_start);
-                    return self.parsed(data, out);
-                }
-                self.close_frame(frame_start, Origin::Envelope, out)
+                out.truncate(frame_start);
+                let text = body_text(data, &Body::Str(*raw)).into_owned();
+                self.inner(&text, Origin::Envelope, out)
             }
         }
     }
@@ -293,10 +308,10 @@ fn upstream_failure(out: &mut BytesMut, error: UpstreamError) -> FrameClass {
     FrameClass::Error(error.failure)
 }
 
-/// The decoded text of an error envelope's body.
+/// The decoded text of a body the scan did not decode.
 fn body_text<'a>(data: &'a [u8], body: &Body) -> Cow<'a, [u8]> {
     match body {
-        Body::Missing => Cow::Borrowed(b""),
+        Body::Missing | Body::Decoded(_) => Cow::Borrowed(b""),
         Body::Json(range) => Cow::Borrowed(data.get(range.clone()).unwrap_or_default()),
         Body::Str(raw) if !raw.escaped => Cow::Borrowed(raw.raw(data)),
         Body::Str(raw) => {
