@@ -1,0 +1,127 @@
+//! Test support shared by the unit tests, the fuzz targets and the bench:
+//! what a TRAE client makes of a SOLO stream ([`Digest`]), both legs run
+//! over whole byte streams, a check that OpenAI output is well framed, a
+//! simulation of what billion-context measurably does to a stream
+//! (`research/bili.md` §2) and a SOLO stream generator for fuzzing.
+
+use bytes::{Bytes, BytesMut};
+use serde_json::{json, Value};
+use shimgate_shim_api::sse::SseParser;
+use shimgate_shim_api::{Failure, FailureCode, FrameClass, StreamTranslator};
+
+use crate::{ToOpenAi, ToSolo};
+
+mod bili;
+mod digest;
+mod generate;
+
+pub use bili::bili;
+pub use digest::{compare, digest, Call, Data, Digest, End, Seen};
+pub use generate::generate;
+
+/// Runs a translator over `chunks` as the runtime does: events until `End`
+/// or `Error`, then `eof`, and `fail` when the end was an error nobody wrote.
+pub fn run<T: StreamTranslator>(t: &mut T, chunks: impl IntoIterator<Item = Bytes>) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    let mut parser = SseParser::new();
+    for chunk in chunks {
+        parser.push(chunk);
+        loop {
+            match parser.next_event() {
+                Ok(Some(ev)) => match t.event(&ev, &mut out) {
+                    FrameClass::End | FrameClass::Error(_) => return out.to_vec(),
+                    _ => {}
+                },
+                Ok(None) => break,
+                Err(e) => {
+                    t.fail(
+                        &Failure::new(FailureCode::Transport, e.to_string()),
+                        &mut out,
+                    );
+                    return out.to_vec();
+                }
+            }
+        }
+    }
+    let _ = parser.finish();
+    if let FrameClass::Error(f) = t.eof(&mut out) {
+        t.fail(&f, &mut out);
+    }
+    out.to_vec()
+}
+
+/// `bytes` cut into pieces of `size` bytes (at least 1).
+pub fn pieces(bytes: &[u8], size: usize) -> Vec<Bytes> {
+    bytes
+        .chunks(size.max(1))
+        .map(Bytes::copy_from_slice)
+        .collect()
+}
+
+/// The return leg over a SOLO stream given as `chunks`.
+pub fn convert(chunks: impl IntoIterator<Item = Bytes>) -> Vec<u8> {
+    let request = json!({"model": "glm-5.2", "stream": true});
+    run(
+        &mut ToOpenAi::with_identity(&request, "chatcmpl-test", 1),
+        chunks,
+    )
+}
+
+/// The ingress over an OpenAI stream given as `chunks`.
+pub fn rebuild(chunks: impl IntoIterator<Item = Bytes>) -> Vec<u8> {
+    run(&mut ToSolo::new(), chunks)
+}
+
+/// Checks OpenAI output framing: every frame is one `data:` line ended by a
+/// blank line, holds a JSON object or `[DONE]`, and exactly one `[DONE]`
+/// closes the stream.
+pub fn check_openai(bytes: &[u8]) -> Result<(), String> {
+    let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
+    let body = text
+        .strip_suffix("\n\n")
+        .ok_or_else(|| "does not end with a blank line".to_owned())?;
+    let frames: Vec<&str> = body.split("\n\n").collect();
+    for (i, frame) in frames.iter().enumerate() {
+        let data = frame
+            .strip_prefix("data: ")
+            .ok_or_else(|| format!("frame {i} is not a data line: {frame:?}"))?;
+        if data.contains(['\n', '\r']) {
+            return Err(format!("frame {i} has more than one line: {frame:?}"));
+        }
+        let last = i + 1 == frames.len();
+        if data == "[DONE]" {
+            if !last {
+                return Err(format!("[DONE] at frame {i} is not last"));
+            }
+        } else if last {
+            return Err("the stream does not end with [DONE]".into());
+        } else if !serde_json::from_str::<Value>(data).is_ok_and(|v| v.is_object()) {
+            return Err(format!("frame {i} is not a JSON object: {data:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// Which proxy sat between the two legs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proxy {
+    /// None: the ingress read the return leg's bytes.
+    Direct,
+    /// billion-context, as [`bili`] simulates it.
+    Bili,
+    /// A proxy that passes every byte but re-chunks them one by one.
+    PassThrough,
+}
+
+/// Every proxy situation.
+pub const PROXIES: [Proxy; 3] = [Proxy::Direct, Proxy::Bili, Proxy::PassThrough];
+
+/// The SOLO stream the agent gets for an upstream SOLO stream.
+pub fn round_trip(solo: &[u8], proxy: Proxy) -> Vec<u8> {
+    let openai = convert(pieces(solo, 4096));
+    match proxy {
+        Proxy::Direct => rebuild(pieces(&openai, 4096)),
+        Proxy::Bili => rebuild(pieces(&bili(&openai), 4096)),
+        Proxy::PassThrough => rebuild(pieces(&openai, 1)),
+    }
+}
