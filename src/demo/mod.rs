@@ -1,11 +1,351 @@
-//! `shimgate demo`: both shims, scripted providers and the reference
-//! compressor in one process (placeholder until the demo lands).
+//! `shimgate demo`: both shims, scripted providers on the qoder and trae
+//! wires and the reference compressor, all in one process on loopback, so a
+//! user sees compression working (`folded` rising) without any account,
+//! network or config file.
 
+mod agent;
+mod providers;
+mod report;
+mod script;
+
+use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::time::Duration;
 
-/// Runs the demo.
+use crate::compressor::{self, Compressor, Policy};
+use crate::config::Config;
+use crate::server::{self, Running};
+use agent::{QoderAgent, TraeAgent};
+use providers::Provider;
+use report::ShimView;
+
+/// The demo's compression threshold: low enough that `folded` rises for
+/// both shims within 20 turns (each turn adds about 500 characters), high
+/// enough that the first turns show `compacted` (the preamble) without it.
+pub const DEMO_THRESHOLD_CHARS: usize = 3000;
+
+/// Turns the demo's compressor keeps verbatim.
+pub const DEMO_KEEP_TURNS: usize = 2;
+
+/// Grace for streams still open when the demo stops (none should be).
+const STOP_GRACE: Duration = Duration::from_secs(1);
+
+/// How long the summary waits for shimgate to close the connections the
+/// qoder provider holds open (it does so right after the answer).
+const RELEASE_PATIENCE: Duration = Duration::from_millis(500);
+
+/// Runs the demo: `turns` turns per shim; `keep` serves on afterwards until
+/// Ctrl-C. Exit 0 when every turn got its scripted answer.
 pub fn run(turns: u32, keep: bool) -> ExitCode {
-    let _ = (turns, keep);
-    eprintln!("shimgate demo: not built yet");
-    ExitCode::FAILURE
+    // One thread is plenty for loopback traffic, and it lets a scoped
+    // subscriber keep shimgate's info logs out of the demo's output.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("shimgate demo: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    tracing::subscriber::with_default(quiet_logs(), || runtime.block_on(demo(turns, keep)))
+}
+
+/// Warnings only on stderr, unless `RUST_LOG` asks for more.
+fn quiet_logs() -> impl tracing::Subscriber + Send + Sync {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .finish()
+}
+
+/// Everything the demo runs.
+struct Stack {
+    qoder: Provider,
+    trae: Provider,
+    running: Running,
+    compressor: Compressor,
+    qoder_shim: String,
+    trae_shim: String,
+}
+
+fn shim_config(stack_urls: (&str, &str), compressor: Option<&str>) -> Result<Config, String> {
+    let (qoder, trae) = stack_urls;
+    // Fail fast: the providers are local, so a retry would only hide a bug.
+    let mut toml = format!(
+        "[retry]\nmax_retries = 1\ninitial_delay_ms = 20\nmax_delay_ms = 100\n\n\
+         [upstream]\nfirst_byte_timeout_ms = 10000\nidle_timeout_ms = 10000\n\n\
+         [[shims.qoder.routes]]\nname = \"demo-qoder\"\nurl = \"{qoder}\"\n\n\
+         [[shims.trae.routes]]\nname = \"demo-trae\"\nurl = \"{trae}\"\n"
+    );
+    if let Some(url) = compressor {
+        toml.push_str(&format!("\n[compressor]\nurl = \"{url}\"\n"));
+    }
+    let mut config = Config::from_toml(&toml).map_err(|e| format!("demo config: {e}"))?;
+    let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.qoder.listen = any;
+    config.trae.listen = any;
+    Ok(config)
+}
+
+async fn start_stack() -> Result<Stack, String> {
+    let bind = |e: std::io::Error| format!("cannot start a scripted provider: {e}");
+    let qoder = Provider::start(providers::qoder::answer)
+        .await
+        .map_err(bind)?;
+    let trae = Provider::start(providers::trae::answer)
+        .await
+        .map_err(bind)?;
+    let urls = (qoder.url(), trae.url());
+    // The compressor needs a shim's port and the shims need the compressor's:
+    // start the shims first, then swap in the config that names it.
+    let running = server::start(shim_config((&urls.0, &urls.1), None)?).await;
+    let status = crate::status::document(&running.app);
+    let addr = |name: &str, key: &str| {
+        running
+            .addr(name)
+            .map(|a| format!("http://{a}"))
+            .ok_or_else(|| {
+                format!(
+                    "the {name} shim did not start: {}",
+                    status[key]["startError"]
+                )
+            })
+    };
+    let qoder_shim = addr("qoder", "qoderShim")?;
+    let trae_shim = addr("trae", "traeShim")?;
+    let policy = Policy {
+        threshold_chars: DEMO_THRESHOLD_CHARS,
+        keep_turns: DEMO_KEEP_TURNS,
+    };
+    // Every listener serves both shims' return legs, so one compressor in
+    // front of the qoder listener serves trae too (as billion-context does
+    // with its single upstream).
+    let compressor = compressor::start(SocketAddr::from(([127, 0, 0, 1], 0)), &qoder_shim, policy)
+        .await
+        .map_err(|e| format!("cannot start the compressor: {e}"))?;
+    let config = shim_config((&urls.0, &urls.1), Some(&compressor.url()))?;
+    running.app.replace_config(config);
+    Ok(Stack {
+        qoder,
+        trae,
+        running,
+        compressor,
+        qoder_shim,
+        trae_shim,
+    })
+}
+
+fn print_intro(s: &Stack, turns: u32) {
+    println!("shimgate demo: {turns} turns per agent, all on loopback, no network");
+    println!("  qoder provider  {}  (envelope wire)", s.qoder.url());
+    println!("  trae provider   {}  (SOLO wire)", s.trae.url());
+    println!("  qoder shim      {}", s.qoder_shim);
+    println!("  trae shim       {}", s.trae_shim);
+    println!(
+        "  compressor      {} -> {}",
+        s.compressor.url(),
+        s.qoder_shim
+    );
+    println!(
+        "                  past {DEMO_THRESHOLD_CHARS} chars it summarises all but the last {DEMO_KEEP_TURNS} turns"
+    );
+    println!();
+    println!("i/f/c/F/x = intercepted/forwarded/compacted/folded/fallback (/status);");
+    println!("sent → back = message chars sent to the compressor → what it sent on;");
+    println!("ms = slowest request of the turn, agent request to last byte");
+    println!();
+    for line in report::table_header() {
+        println!("{line}");
+    }
+}
+
+/// What the turns produced.
+#[derive(Default)]
+struct Tally {
+    turns_done: u32,
+    failure: Option<String>,
+    latencies: Vec<Duration>,
+    /// Content sent to the compressor / come back, per shim, summed.
+    qoder_content: (u64, u64),
+    trae_content: (u64, u64),
+}
+
+async fn play(s: &Stack, turns: u32) -> Tally {
+    let client = agent::client();
+    let mut qoder = QoderAgent::new(client.clone(), &s.qoder_shim);
+    let mut trae = TraeAgent::new(client, &s.trae_shim);
+    let mut tally = Tally::default();
+    for turn in 1..=turns {
+        let (q, t) = tokio::join!(qoder.turn(turn), trae.turn(turn));
+        let (q, t) = match (q, t) {
+            (Ok(q), Ok(t)) => (q, t),
+            (q, t) => {
+                let mut why = Vec::new();
+                if let Err(e) = q {
+                    why.push(format!("qoder: {e}"));
+                }
+                if let Err(e) = t {
+                    why.push(format!("trae: {e}"));
+                }
+                let why = format!("turn {turn} failed: {}", why.join("; "));
+                println!("{why}");
+                tally.failure = Some(why);
+                break;
+            }
+        };
+        let doc = crate::status::document(&s.running.app);
+        for (sum, key, n) in [
+            (&mut tally.qoder_content, "qoderShim", q.len()),
+            (&mut tally.trae_content, "traeShim", t.len()),
+        ] {
+            for (before, after) in report::recent(&doc, key, n) {
+                sum.0 += before;
+                sum.1 += after;
+            }
+        }
+        let slowest = q.iter().chain(&t).max().copied().unwrap_or_default();
+        tally.latencies.extend(q.into_iter().chain(t));
+        tally.turns_done = turn;
+        println!(
+            "{}",
+            report::turn_line(
+                turn,
+                &ShimView::read(&doc, "qoderShim"),
+                &ShimView::read(&doc, "traeShim"),
+                slowest
+            )
+        );
+    }
+    tally
+}
+
+/// Waits until shimgate has closed every connection the qoder provider
+/// held open after `event:finish` (it stops reading at the sentinel).
+async fn holds_released(p: &Provider) -> (u64, u64) {
+    let start = tokio::time::Instant::now();
+    loop {
+        let (held, released) = p.log().holds();
+        if released >= held || start.elapsed() > RELEASE_PATIENCE {
+            return (held, released);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn demo(turns: u32, keep: bool) -> ExitCode {
+    let stack = match start_stack().await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("shimgate demo: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    print_intro(&stack, turns);
+    let mut tally = play(&stack, turns).await;
+    let doc = crate::status::document(&stack.running.app);
+    let (q, t) = (
+        ShimView::read(&doc, "qoderShim"),
+        ShimView::read(&doc, "traeShim"),
+    );
+    let mut problems: Vec<String> = [&stack.qoder, &stack.trae]
+        .iter()
+        .flat_map(|p| p.log().problems())
+        .collect();
+    if q.fallback + t.fallback > 0 {
+        problems.push(format!(
+            "{} requests fell back to direct sending: {} {}",
+            q.fallback + t.fallback,
+            doc["qoderShim"]["lastError"],
+            doc["traeShim"]["lastError"]
+        ));
+    }
+    if tally.failure.is_none() && !problems.is_empty() {
+        tally.failure = Some(problems.join("; "));
+    }
+    let held = holds_released(&stack.qoder).await;
+    let status_url = format!("{}/status", stack.qoder_shim);
+    print_summary(&stack, &tally, (&q, &t), held, &status_url);
+    if keep {
+        println!();
+        println!("keep: serving until Ctrl-C; try curl {status_url}");
+        println!(
+            "  qoder shim {}  trae shim {}  compressor {}",
+            stack.qoder_shim,
+            stack.trae_shim,
+            stack.compressor.url()
+        );
+        compressor::wait_for_stop().await;
+    }
+    let Stack {
+        running,
+        compressor,
+        ..
+    } = stack;
+    drop(compressor);
+    running.shutdown(STOP_GRACE).await;
+    if tally.failure.is_some() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn print_summary(
+    s: &Stack,
+    tally: &Tally,
+    (q, t): (&ShimView, &ShimView),
+    (held, released): (u64, u64),
+    status_url: &str,
+) {
+    println!();
+    match &tally.failure {
+        None => println!(
+            "all {} turns answered as scripted on both wires ({} requests)",
+            tally.turns_done,
+            tally.latencies.len()
+        ),
+        Some(why) => println!("FAILED after {} good turns: {why}", tally.turns_done),
+    }
+    println!();
+    for line in report::counters_table(q, t) {
+        println!("{line}");
+    }
+    println!();
+    println!("message content, sent to the compressor → sent upstream:");
+    let (qc, tc) = (tally.qoder_content, tally.trae_content);
+    println!("{}", report::content_line("qoder", qc.0, qc.1));
+    println!("{}", report::content_line("trae", tc.0, tc.1));
+    let c = s.compressor.counters();
+    println!(
+        "compressor:  {} requests, {} summarised, {} refused",
+        c.requests, c.compressed, c.rejected
+    );
+    println!(
+        "providers:   qoder {} answers, trae {} answers, {} requests refused;",
+        s.qoder.log().answered(),
+        s.trae.log().answered(),
+        s.qoder.log().problems().len() + s.trae.log().problems().len()
+    );
+    println!("             {released} of {held} qoder connections held open after event:finish");
+    println!("             were closed by shimgate (it stops reading at the end frame)");
+    let p50 = report::ms(report::percentile(&tally.latencies, 50.0));
+    let p99 = report::ms(report::percentile(&tally.latencies, 99.0));
+    println!("latency:     agent request → last byte, p50 {p50:.1} ms, p99 {p99:.1} ms");
+    println!("status:      {status_url} (--keep to curl it)");
+    let saved = (qc.0 + tc.0) as i64 - (qc.1 + tc.1) as i64;
+    // One parseable line (scripts and tests read it), within 80 columns.
+    println!(
+        "summary: qoder folded={} trae folded={} saved={saved} p50={p50:.1}ms p99={p99:.1}ms {}",
+        q.folded,
+        t.folded,
+        if tally.failure.is_some() {
+            "FAILED"
+        } else {
+            "ok"
+        }
+    );
 }

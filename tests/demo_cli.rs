@@ -1,0 +1,158 @@
+//! `shimgate demo` as a user runs it: the real binary, its exit code, its
+//! parseable summary line, and `--keep` serving `/status` afterwards.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+fn demo() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_shimgate"));
+    c.arg("demo").env_remove("RUST_LOG");
+    c
+}
+
+/// `key=N` from the summary line.
+fn field(summary: &str, key: &str) -> u64 {
+    summary
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {key}= in {summary:?}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn twenty_turns_exit_0_and_fold_on_both_shims() {
+    let out = demo().args(["--turns", "20"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(
+        stderr.is_empty(),
+        "logs stay quiet during the demo: {stderr}"
+    );
+    let summary = stdout.lines().last().unwrap();
+    assert!(summary.starts_with("summary: "), "{stdout}");
+    assert!(summary.ends_with(" ok"), "{summary}");
+    assert!(field(summary, "qoder folded") > 0, "{stdout}");
+    // `trae folded` is the second `folded=`.
+    let trae = summary.split("trae ").nth(1).unwrap();
+    assert!(field(trae, "folded") > 0, "{stdout}");
+    assert!(field(summary, "saved") > 0, "{summary}");
+    assert!(
+        stdout.contains("all 20 turns answered as scripted"),
+        "{stdout}"
+    );
+    for line in stdout.lines() {
+        assert!(
+            line.chars().count() <= 80,
+            "wider than 80 columns: {line:?}"
+        );
+    }
+    // One progress line per turn, counters rising.
+    let turns = stdout
+        .lines()
+        .filter(|l| {
+            l.trim_start()
+                .split_whitespace()
+                .next()
+                .is_some_and(|w| w.parse::<u32>().is_ok())
+        })
+        .count();
+    assert_eq!(turns, 20, "{stdout}");
+}
+
+#[test]
+fn zero_turns_is_a_clean_empty_run() {
+    let out = demo().args(["--turns", "0"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let summary = stdout.lines().last().unwrap();
+    assert!(
+        summary.starts_with("summary: qoder folded=0 trae folded=0"),
+        "{summary}"
+    );
+}
+
+/// The demo child, killed when the test ends however it ends.
+struct Kept(Child);
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn get(url: &str) -> (u16, Value) {
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_at(rest.find('/').unwrap());
+    let mut s = TcpStream::connect(host).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let json = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        // One chunk is enough for this small document; take what is between
+        // the size line and the terminator.
+        let (_, rest) = body.split_once("\r\n").unwrap();
+        rest.rsplit_once("\r\n0\r\n").unwrap().0.to_string()
+    } else {
+        body.to_string()
+    };
+    (status, serde_json::from_str(&json).unwrap())
+}
+
+#[test]
+fn keep_serves_status_until_stopped() {
+    let mut child = demo()
+        .args(["--turns", "3", "--keep"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let kept = Kept(child);
+    let mut url = None;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        if let Some(rest) = line.strip_prefix("keep: ") {
+            url = rest
+                .split_whitespace()
+                .find(|w| w.starts_with("http://") && w.ends_with("/status"))
+                .map(str::to_owned);
+            break;
+        }
+    }
+    let url = url.expect("a `keep:` line with the /status URL");
+    let (status, doc) = get(&url);
+    assert_eq!(status, 200);
+    assert_eq!(doc["qoderShim"]["intercepted"], 3, "{doc}");
+    assert!(
+        doc["traeShim"]["intercepted"].as_u64().unwrap() >= 3,
+        "{doc}"
+    );
+    assert_eq!(doc["qoderShim"]["fallback"], 0);
+    assert!(doc["config"]["compressor"].is_string(), "{doc}");
+    // Still serving on a second look.
+    assert_eq!(get(&url).0, 200);
+    drop(kept);
+}
