@@ -150,40 +150,42 @@ pub async fn passthrough(
     req: Request<Incoming>,
 ) -> Response<Body> {
     let received = std::time::Instant::now();
-    let live = app.live();
-    let config = &live.config;
+    let limit = app.config().max_body_bytes;
     let declared = content_length(&req);
     let (parts, incoming) = req.into_parts();
-    let bytes = match read_body(incoming, declared, config.max_body_bytes).await {
+    let bytes = match read_body(incoming, declared, limit).await {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
-    let Some(shim_config) = config.shim(shim) else {
-        return body::error_response(StatusCode::NOT_FOUND, "UNKNOWN_SHIM", shim);
-    };
-    let path_and_query = parts
-        .uri
-        .path_and_query()
-        .map_or_else(|| "/".to_string(), |p| p.as_str().to_string());
-    let spec = CallSpec {
-        shim,
-        kind: "passthrough",
-        routes: shim_config.routes.clone(),
-        retry: config.retry.clone(),
-        ordering: config.ordering.clone(),
-        timeouts: config.timeouts.clone(),
-        housekeeping: is_housekeeping(&bytes),
-        outbound: Arc::new(FixedOutbound {
-            method: parts.method,
-            path_and_query,
-            headers: headers::for_upstream(&parts.headers),
-            body: bytes,
-        }),
-        translator: None,
-        received,
-    };
     let span = tracing::info_span!("passthrough", shim);
-    let resp = tracing::Instrument::instrument(chain::call(&app.chain_ctx(), spec), span).await;
+    let forward = forward_raw(&app, shim, "passthrough", parts, bytes, received);
+    tracing::Instrument::instrument(forward, span).await
+}
+
+/// Sends a request (already read) upstream through the chain unchanged and
+/// passes the answer back unchanged.
+pub async fn forward_raw(
+    app: &App,
+    shim: &'static str,
+    kind: &'static str,
+    parts: http::request::Parts,
+    body: Bytes,
+    received: std::time::Instant,
+) -> Response<Body> {
+    let config = app.config();
+    let housekeeping = is_housekeeping(&body);
+    let outbound = Arc::new(FixedOutbound {
+        method: parts.method,
+        path_and_query: parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| "/".to_string(), |p| p.as_str().to_string()),
+        headers: headers::for_upstream(&parts.headers),
+        body,
+    });
+    let mut spec = CallSpec::new(&config, shim, kind, outbound, received);
+    spec.housekeeping = housekeeping;
+    let resp = chain::call(&app.chain_ctx(), spec).await;
     if let chain::ChainResponse::Failed(e) = &resp {
         app.shim_stats(shim).error(e.message());
     }

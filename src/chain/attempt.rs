@@ -77,6 +77,26 @@ enum Mode {
 }
 
 impl Committed {
+    fn sse(
+        held: BytesMut,
+        parser: SseParser,
+        translator: Box<dyn StreamTranslator>,
+        body: Incoming,
+        upstream_time: Duration,
+    ) -> PreCommit {
+        PreCommit::Committed(Committed {
+            status: StatusCode::OK,
+            headers: sse_headers(""),
+            mode: Mode::Sse {
+                held,
+                parser,
+                translator,
+                body,
+            },
+            upstream_time,
+        })
+    }
+
     /// The response head for the client.
     pub fn head(&self, route: &str) -> (StatusCode, HeaderMap) {
         let mut h = self.headers.clone();
@@ -256,17 +276,7 @@ pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCo
             match translator.event(&event, &mut held) {
                 FrameClass::NotContent => {}
                 FrameClass::Content => {
-                    return PreCommit::Committed(Committed {
-                        status: StatusCode::OK,
-                        headers: sse_headers(""),
-                        mode: Mode::Sse {
-                            held,
-                            parser,
-                            translator,
-                            body,
-                        },
-                        upstream_time: sent_at.elapsed(),
-                    })
+                    return Committed::sse(held, parser, translator, body, sent_at.elapsed())
                 }
                 FrameClass::Error(failure) => {
                     return PreCommit::Failed {
@@ -285,17 +295,7 @@ pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCo
         }
         if held.len() > HOLD_LIMIT {
             // Nothing but non-content so far, yet too much to hold: commit.
-            return PreCommit::Committed(Committed {
-                status: StatusCode::OK,
-                headers: sse_headers(""),
-                mode: Mode::Sse {
-                    held,
-                    parser,
-                    translator,
-                    body,
-                },
-                upstream_time: sent_at.elapsed(),
-            });
+            return Committed::sse(held, parser, translator, body, sent_at.elapsed());
         }
     }
 }

@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
 use crate::body::{self, Body, BoxError, ChannelBody};
-use crate::config::{Ordering, RetryPolicy, Route, Timeouts};
+use crate::config::{Config, Ordering, RetryPolicy, Route, Timeouts};
 use crate::upstream::HttpClient;
 use policy::RetryDecision;
 use state::{AttemptEntry, CallRecord, ChainState, Outcome, RouteReport};
@@ -72,6 +72,34 @@ pub struct CallSpec {
     pub housekeeping: bool,
     /// When the client's request arrived (for the overhead histogram).
     pub received: Instant,
+}
+
+impl CallSpec {
+    /// A call on `shim`'s routes with the policies of `config`: no
+    /// translator (bytes pass unchanged), not housekeeping.
+    pub fn new(
+        config: &Config,
+        shim: &'static str,
+        kind: &'static str,
+        outbound: Arc<dyn Outbound>,
+        received: Instant,
+    ) -> CallSpec {
+        CallSpec {
+            shim,
+            kind,
+            routes: config
+                .shim(shim)
+                .map(|s| s.routes.clone())
+                .unwrap_or_default(),
+            retry: config.retry.clone(),
+            ordering: config.ordering.clone(),
+            timeouts: config.timeouts.clone(),
+            outbound,
+            translator: None,
+            housekeeping: false,
+            received,
+        }
+    }
 }
 
 /// The pieces of the runtime a call needs.
@@ -220,50 +248,15 @@ impl ChainError {
     }
 }
 
-enum Head {
-    Stream {
-        status: StatusCode,
-        headers: HeaderMap,
-        route: String,
-    },
-    Verbatim {
-        status: StatusCode,
-        headers: HeaderMap,
-        body: Bytes,
-    },
-    Failed(ChainError),
-}
-
 /// Runs one call. Returns once the answer is committed (or the call failed);
 /// a committed answer keeps streaming from a task.
 pub async fn call(ctx: &ChainCtx, spec: CallSpec) -> ChainResponse {
     let (head_tx, head_rx) = oneshot::channel();
-    let (body_tx, body) = ChannelBody::channel();
     // The task keeps the caller's span (shim, rid), so its log lines do too.
-    tokio::spawn(drive(ctx.clone(), spec, head_tx, body_tx).instrument(tracing::Span::current()));
-    match head_rx.await {
-        Ok(Head::Stream {
-            status,
-            headers,
-            route,
-        }) => ChainResponse::Stream {
-            status,
-            headers,
-            body,
-            route,
-        },
-        Ok(Head::Verbatim {
-            status,
-            headers,
-            body,
-        }) => ChainResponse::Verbatim {
-            status,
-            headers,
-            body,
-        },
-        Ok(Head::Failed(e)) => ChainResponse::Failed(e),
-        Err(_) => ChainResponse::Failed(ChainError::Aborted),
-    }
+    tokio::spawn(drive(ctx.clone(), spec, head_tx).instrument(tracing::Span::current()));
+    head_rx
+        .await
+        .unwrap_or(ChainResponse::Failed(ChainError::Aborted))
 }
 
 /// The sending half of a streaming response body.
@@ -320,7 +313,7 @@ impl CallLog<'_> {
     }
 }
 
-async fn drive(ctx: ChainCtx, spec: CallSpec, mut head_tx: oneshot::Sender<Head>, body_tx: BodyTx) {
+async fn drive(ctx: ChainCtx, spec: CallSpec, mut head_tx: oneshot::Sender<ChainResponse>) {
     let mut log = CallLog {
         ctx: &ctx,
         spec: &spec,
@@ -338,7 +331,9 @@ async fn drive(ctx: ChainCtx, spec: CallSpec, mut head_tx: oneshot::Sender<Head>
         ctx.state.plan(spec.shim, &spec.routes, &spec.ordering)
     };
     if plan.routes.is_empty() {
-        let _ = head_tx.send(Head::Failed(ChainError::NoRoutes { shim: spec.shim }));
+        let _ = head_tx.send(ChainResponse::Failed(ChainError::NoRoutes {
+            shim: spec.shim,
+        }));
         log.finish(Outcome::Failed, None);
         return;
     }
@@ -433,10 +428,12 @@ async fn drive(ctx: ChainCtx, spec: CallSpec, mut head_tx: oneshot::Sender<Head>
                     }
                     let _streaming = ctx.state.stream_started();
                     let (status, headers) = committed.head(&route.name);
+                    let (body_tx, body) = ChannelBody::channel();
                     if head_tx
-                        .send(Head::Stream {
+                        .send(ChainResponse::Stream {
                             status,
                             headers,
+                            body,
                             route: route.name.clone(),
                         })
                         .is_err()
@@ -519,27 +516,22 @@ async fn drive(ctx: ChainCtx, spec: CallSpec, mut head_tx: oneshot::Sender<Head>
                         ));
                         info!(shim = spec.shim, route = %route.name, code = %failure.code, "failure ends the call without switching");
                         let head = if shutting_down {
-                            Head::Failed(ChainError::ShuttingDown)
+                            ChainResponse::Failed(ChainError::ShuttingDown)
                         } else if let Some(v) = verbatim {
-                            Head::Verbatim {
+                            ChainResponse::Verbatim {
                                 status: v.status,
                                 headers: v.headers,
                                 body: v.body,
                             }
                         } else if let Some(held) = held {
                             // An in-band error the client must see as the upstream sent it.
-                            let sent = head_tx.send(Head::Stream {
+                            ChainResponse::Verbatim {
                                 status: StatusCode::OK,
                                 headers: attempt::sse_headers(&route.name),
-                                route: route.name.clone(),
-                            });
-                            if sent.is_ok() {
-                                let _ = body_tx.send(Ok(held.freeze())).await;
+                                body: held.freeze(),
                             }
-                            log.finish(Outcome::Failed, Some(failure.code));
-                            return;
                         } else {
-                            Head::Failed(ChainError::Exhausted {
+                            ChainResponse::Failed(ChainError::Exhausted {
                                 reports: log.reports.clone(),
                             })
                         };
@@ -574,7 +566,7 @@ async fn drive(ctx: ChainCtx, spec: CallSpec, mut head_tx: oneshot::Sender<Head>
                                     return;
                                 }
                                 _ = ctx.hard_stop.cancelled() => {
-                                    let _ = head_tx.send(Head::Failed(ChainError::ShuttingDown));
+                                    let _ = head_tx.send(ChainResponse::Failed(ChainError::ShuttingDown));
                                     log.finish(Outcome::Failed, None);
                                     return;
                                 }
@@ -618,7 +610,7 @@ async fn drive(ctx: ChainCtx, spec: CallSpec, mut head_tx: oneshot::Sender<Head>
         reports: log.reports.clone(),
     };
     warn!(shim = spec.shim, kind = spec.kind, "{}", error.message());
-    let _ = head_tx.send(Head::Failed(error));
+    let _ = head_tx.send(ChainResponse::Failed(error));
     log.finish(Outcome::Failed, Some(FailureCode::AutoRoutesExhausted));
 }
 

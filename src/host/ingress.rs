@@ -21,9 +21,9 @@ use tracing::{info_span, warn, Instrument};
 
 use super::translators::{Compose, Counting};
 use super::{Host, RID_BEARER_PREFIX, RID_HEADER, RID_QUERY};
-use crate::app::App;
+use crate::app::{App, Live};
 use crate::body::{self, Body, BoxError, ChannelBody};
-use crate::chain::{self, CallSpec, ChainResponse, FixedOutbound, TranslatorFactory};
+use crate::chain::{self, CallSpec, ChainResponse, TranslatorFactory};
 use crate::config::Config;
 use crate::exchange;
 use crate::headers;
@@ -83,19 +83,14 @@ pub(super) async fn handle<S: Shim>(
     async move {
         let stats = app.shim_stats(name);
         let live = app.live();
-        let config = live.config.clone();
         let declared = content_length(&req);
         let (parts, incoming) = req.into_parts();
-        let native = match read_body(incoming, declared, config.max_body_bytes).await {
+        let native = match read_body(incoming, declared, live.config.max_body_bytes).await {
             Ok(b) => b,
             Err(e) => return e.into_response(),
         };
         stats.touch();
         stats.bump("intercepted");
-        let path_and_query = parts
-            .uri
-            .path_and_query()
-            .map_or_else(|| "/".to_string(), |p| p.as_str().to_string());
         let folded = match host.shim.fold(&native) {
             Ok(f) => f,
             Err(e) => {
@@ -106,105 +101,101 @@ pub(super) async fn handle<S: Shim>(
                 );
                 warn!("{why}");
                 stats.error(why);
-                return untouched(&app, name, &config, parts, native, received).await;
+                return untouched(&app, name, parts, native, received).await;
             }
         };
-        let original = Arc::new(folded.original);
-        let openai = Arc::new(folded.openai);
-        let Some(compressor) = config.compressor_for(name).map(str::to_owned) else {
-            // Direct mode: no proxy configured, so nothing failed.
-            stats.bump("fallback");
-            host.set_effective(false);
-            return direct(
-                &host,
-                &app,
-                &config,
-                original,
-                openai,
-                native,
-                &path_and_query,
-                &parts.headers,
-                received,
-            )
-            .await;
+        let taken = Intercepted {
+            original: Arc::new(folded.original),
+            openai: Arc::new(folded.openai),
+            native,
+            path_and_query: parts
+                .uri
+                .path_and_query()
+                .map_or_else(|| "/".to_string(), |p| p.as_str().to_string()),
+            headers: parts.headers,
+            received,
         };
-        let rid = RidRegistry::new_rid();
-        tracing::Span::current().record("rid", rid.as_str());
-        let entry = app.rids.insert(RidEntry::new(
-            rid.clone(),
-            name,
-            original.clone() as Arc<dyn Any + Send + Sync>,
-            native.clone(),
-            parts.headers.clone(),
-            path_and_query.clone(),
-            exchange::summarize(&openai),
-        ));
-        let url = proxy_url(&compressor, name, &rid);
-        let proxy_req = Request::post(&url)
-            .body(Full::new(Bytes::from(
-                serde_json::to_vec(&*openai).unwrap_or_default(),
-            )))
-            .map(|mut r| {
-                *r.headers_mut() = forwarded_to_proxy(&parts.headers, &rid);
-                r
-            });
-        let attempt = match proxy_req {
-            Ok(r) => tokio::time::timeout(config.timeouts.first_byte, live.client.request(r))
-                .await
-                .map_err(|_| {
-                    format!(
-                        "no answer within {} ms",
-                        config.timeouts.first_byte.as_millis()
-                    )
-                })
-                .and_then(|r| r.map_err(|e| chain::error_chain(&e))),
-            Err(e) => Err(format!("bad compressor URL {url}: {e}")),
-        };
-        match attempt {
-            Ok(resp) if resp.status().is_success() || entry.reached() => {
-                host.set_effective(entry.reached());
-                relay(&host, &app, &config, &original, resp)
-            }
-            failed => {
-                let why = match &failed {
-                    Ok(resp) => format!("the compression proxy answered {}", resp.status()),
-                    Err(e) => format!("the compression proxy is unreachable: {e}"),
-                };
-                if entry.abandon() {
-                    stats.bump("fallback");
-                    host.set_effective(false);
-                    let why = format!(
-                        "{why} before the return leg saw rid {rid}; sent upstream directly"
-                    );
-                    warn!("{why}");
-                    stats.error(why);
-                    return direct(
-                        &host,
-                        &app,
-                        &config,
-                        original,
-                        openai,
-                        native,
-                        &path_and_query,
-                        &parts.headers,
-                        received,
-                    )
-                    .await;
-                }
-                // The return leg took the request meanwhile: pass the proxy's answer on.
-                host.set_effective(true);
-                match failed {
-                    Ok(resp) => relay(&host, &app, &config, &original, resp),
-                    Err(e) => {
-                        stats.error(format!("{why} after the return leg took rid {rid}"));
-                        body::error_response(StatusCode::BAD_GATEWAY, "COMPRESSOR_FAILED", &e)
-                    }
-                }
+        match live.config.compressor_for(name).map(str::to_owned) {
+            Some(compressor) => via_proxy(&host, &app, &live, &compressor, taken).await,
+            None => {
+                // Direct mode: no proxy configured, so nothing failed.
+                stats.bump("fallback");
+                host.set_effective(false);
+                direct(&host, &app, &live.config, taken).await
             }
         }
     }
     .instrument(span)
     .await
+}
+
+/// Sends the folded request to the compression proxy under a fresh rid and
+/// relays its answer; falls back to [`direct`] when the proxy fails before
+/// the return leg saw the rid.
+async fn via_proxy<S: Shim>(
+    host: &Arc<Host<S>>,
+    app: &Arc<App>,
+    live: &Live,
+    compressor: &str,
+    taken: Intercepted<S>,
+) -> Response<Body> {
+    let name = host.shim.name();
+    let stats = app.shim_stats(name);
+    let config = &live.config;
+    let rid = RidRegistry::new_rid();
+    tracing::Span::current().record("rid", rid.as_str());
+    let entry = app.rids.insert(RidEntry::new(
+        rid.clone(),
+        name,
+        taken.original.clone() as Arc<dyn Any + Send + Sync>,
+        taken.native.clone(),
+        taken.headers.clone(),
+        taken.path_and_query.clone(),
+        exchange::summarize(&taken.openai),
+    ));
+    let url = proxy_url(compressor, name, &rid);
+    let body = Bytes::from(serde_json::to_vec(&*taken.openai).unwrap_or_default());
+    let attempt = match Request::post(&url).body(Full::new(body)) {
+        Ok(mut r) => {
+            *r.headers_mut() = forwarded_to_proxy(&taken.headers, &rid);
+            let wait = config.timeouts.first_byte;
+            match tokio::time::timeout(wait, live.client.request(r)).await {
+                Err(_) => Err(format!("no answer within {} ms", wait.as_millis())),
+                Ok(r) => r.map_err(|e| chain::error_chain(&e)),
+            }
+        }
+        Err(e) => Err(format!("bad compressor URL {url}: {e}")),
+    };
+    match attempt {
+        Ok(resp) if resp.status().is_success() || entry.reached() => {
+            host.set_effective(entry.reached());
+            relay(host, app, config, &taken.original, resp)
+        }
+        failed => {
+            let why = match &failed {
+                Ok(resp) => format!("the compression proxy answered {}", resp.status()),
+                Err(e) => format!("the compression proxy is unreachable: {e}"),
+            };
+            if entry.abandon() {
+                stats.bump("fallback");
+                host.set_effective(false);
+                let why =
+                    format!("{why} before the return leg saw rid {rid}; sent upstream directly");
+                warn!("{why}");
+                stats.error(why);
+                return direct(host, app, config, taken).await;
+            }
+            // The return leg took the request meanwhile: pass the proxy's answer on.
+            host.set_effective(true);
+            match failed {
+                Ok(resp) => relay(host, app, config, &taken.original, resp),
+                Err(e) => {
+                    stats.error(format!("{why} after the return leg took rid {rid}"));
+                    body::error_response(StatusCode::BAD_GATEWAY, "COMPRESSOR_FAILED", &e)
+                }
+            }
+        }
+    }
 }
 
 /// Passes the proxy's answer to the agent: SSE through the shim's ingress
@@ -257,44 +248,30 @@ fn relay<S: Shim>(
 /// Sends the original request upstream through the chain, the answer going
 /// through both translators so the agent gets what the proxy path would give.
 #[allow(clippy::too_many_arguments)]
+/// Sends the original request upstream through the chain, the answer going
+/// through both translators so the agent gets what the proxy path would give.
 async fn direct<S: Shim>(
     host: &Arc<Host<S>>,
     app: &Arc<App>,
-    config: &Arc<Config>,
-    original: Arc<S::Original>,
-    openai: Arc<Value>,
-    native: Bytes,
-    path_and_query: &str,
-    agent_headers: &HeaderMap,
-    received: std::time::Instant,
+    config: &Config,
+    taken: Intercepted<S>,
 ) -> Response<Body> {
     let name = host.shim.name();
-    let Some(shim_config) = config.shim(name) else {
-        return body::error_response(StatusCode::NOT_FOUND, "UNKNOWN_SHIM", name);
-    };
-    let housekeeping = is_housekeeping(&native);
-    let outbound = host
-        .upstream
-        .outbound(config, native, path_and_query, agent_headers);
+    let housekeeping = is_housekeeping(&taken.native);
+    let outbound =
+        host.upstream
+            .outbound(config, taken.native, &taken.path_and_query, &taken.headers);
     let h = host.clone();
+    let (openai, original) = (taken.openai, taken.original);
     let factory: TranslatorFactory = Arc::new(move || {
         Box::new(Compose::new(
             h.shim.return_leg(&openai),
             h.shim.ingress(&original),
         ))
     });
-    let spec = CallSpec {
-        shim: name,
-        kind: "fallback",
-        routes: shim_config.routes.clone(),
-        retry: config.retry.clone(),
-        ordering: config.ordering.clone(),
-        timeouts: config.timeouts.clone(),
-        outbound,
-        translator: Some(factory),
-        received,
-        housekeeping,
-    };
+    let mut spec = CallSpec::new(config, name, "fallback", outbound, taken.received);
+    spec.translator = Some(factory);
+    spec.housekeeping = housekeeping;
     let resp = chain::call(&app.chain_ctx(), spec).await;
     if let ChainResponse::Failed(e) = &resp {
         app.shim_stats(name).error(e.message());
@@ -302,37 +279,23 @@ async fn direct<S: Shim>(
     resp.into_response()
 }
 
+/// An intercepted request, as the direct path needs it.
+struct Intercepted<S: Shim> {
+    original: Arc<S::Original>,
+    openai: Arc<Value>,
+    native: Bytes,
+    path_and_query: String,
+    headers: HeaderMap,
+    received: std::time::Instant,
+}
+
 /// A request the shim cannot read goes upstream byte for byte.
 async fn untouched(
     app: &Arc<App>,
     name: &'static str,
-    config: &Config,
     parts: http::request::Parts,
     native: Bytes,
     received: std::time::Instant,
 ) -> Response<Body> {
-    let Some(shim_config) = config.shim(name) else {
-        return body::error_response(StatusCode::NOT_FOUND, "UNKNOWN_SHIM", name);
-    };
-    let spec = CallSpec {
-        shim: name,
-        kind: "fallback",
-        routes: shim_config.routes.clone(),
-        retry: config.retry.clone(),
-        ordering: config.ordering.clone(),
-        timeouts: config.timeouts.clone(),
-        housekeeping: false,
-        outbound: Arc::new(FixedOutbound {
-            method: parts.method,
-            path_and_query: parts
-                .uri
-                .path_and_query()
-                .map_or_else(|| "/".to_string(), |p| p.as_str().to_string()),
-            headers: headers::for_upstream(&parts.headers),
-            body: native,
-        }),
-        translator: None,
-        received,
-    };
-    chain::call(&app.chain_ctx(), spec).await.into_response()
+    crate::router::forward_raw(app, name, "fallback", parts, native, received).await
 }

@@ -106,9 +106,6 @@ pub(super) async fn handle<S: Shim>(
                 entry.native.clone()
             }
         };
-        let Some(shim_config) = config.shim(name) else {
-            return body::error_response(StatusCode::NOT_FOUND, "UNKNOWN_SHIM", name);
-        };
         stats.bump("forwarded");
         let housekeeping = is_housekeeping(&bytes) || is_housekeeping(&entry.native);
         let outbound = host.upstream.outbound(&config, native, &entry.path_and_query, &entry.headers);
@@ -116,18 +113,9 @@ pub(super) async fn handle<S: Shim>(
         let request = Arc::new(openai);
         let h = host.clone();
         let factory: TranslatorFactory = Arc::new(move || Box::new(h.shim.return_leg(&request)));
-        let spec = CallSpec {
-            shim: name,
-            kind: "return",
-            routes: shim_config.routes.clone(),
-            retry: config.retry.clone(),
-            ordering: config.ordering.clone(),
-            timeouts: config.timeouts.clone(),
-            outbound,
-            translator: Some(factory),
-            received,
-            housekeeping,
-        };
+        let mut spec = CallSpec::new(&config, name, "return", outbound, received);
+        spec.translator = Some(factory);
+        spec.housekeeping = housekeeping;
         let resp = chain::call(&app.chain_ctx(), spec).await;
         if let ChainResponse::Failed(e) = &resp {
             stats.error(e.message());
@@ -143,22 +131,39 @@ pub(super) async fn handle<S: Shim>(
 
 /// Folds a streamed answer into one `chat.completion` JSON.
 async fn aggregate(resp: ChainResponse) -> Response<Body> {
-    let ChainResponse::Stream { mut body, .. } = resp else {
-        return resp.into_response();
-    };
     let mut parser = SseParser::new();
     let mut agg = Aggregate::default();
-    while let Some(chunk) = body.recv().await {
-        let Ok(chunk) = chunk else { break };
+    let mut feed = |chunk: Bytes| {
         parser.push(chunk);
         while let Ok(Some(ev)) = parser.next_event() {
             agg.event(&ev);
         }
+    };
+    match resp {
+        ChainResponse::Stream { mut body, .. } => {
+            while let Some(Ok(chunk)) = body.recv().await {
+                feed(chunk);
+            }
+        }
+        // An in-band error passed on whole is still a stream to fold.
+        ChainResponse::Verbatim {
+            status,
+            headers,
+            body,
+        } if status == StatusCode::OK && is_sse(&headers) => feed(body),
+        other => return other.into_response(),
     }
     if let Some(err) = agg.error() {
         return body::json_response(StatusCode::BAD_GATEWAY, &serde_json::json!({"error": err}));
     }
     body::json_response(StatusCode::OK, &agg.finish())
+}
+
+fn is_sse(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("text/event-stream"))
 }
 
 #[cfg(test)]
