@@ -243,7 +243,13 @@ pub fn run(listen: SocketAddr, upstream: &str, threshold_chars: usize) -> ExitCo
                 return ExitCode::from(2);
             }
         };
-        println!("listening {}", compressor.addr());
+        // Scripts using port 0 read this line; a closed stdout is not fatal.
+        {
+            use std::io::Write as _;
+            let mut out = std::io::stdout();
+            let _ = writeln!(out, "listening {}", compressor.addr());
+            let _ = out.flush();
+        }
         info!(
             addr = %compressor.addr(),
             upstream,

