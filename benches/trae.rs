@@ -4,14 +4,19 @@
 //!
 //! Run: `cargo bench -p shimgate --bench trae` (short runs: 2 shared cores).
 //!
-//! Results, 2026-11-29, 2 vCPU AMD EPYC (`nproc` = 2, `lscpu`: "AMD EPYC"),
-//! rustc 1.95.0, bench profile; median throughput of input bytes:
+//! Results, 2026-11-29, `nproc` = 2, `lscpu` model "AMD EPYC" (2.0 GHz),
+//! rustc 1.95.0, bench profile, on a shared machine (load average about 8
+//! from other builds, so absolute numbers are low; the two versions run
+//! interleaved in one process, so the ratios hold). Median throughput of
+//! input bytes:
 //!
-//! | bench | shim | naive Value | ratio |
+//! | bench | shim | naive `Value` | ratio |
 //! |---|---|---|---|
-//! | convert (3.2k frames, 170 KiB) | 252 MiB/s | 43 MiB/s | 5.9× |
-//! | fold (400 messages, 1.1 MiB) | 225 MiB/s | 200 MiB/s | 1.1× |
-//! | restore (400 messages, 1.1 MiB) | 585 MiB/s | 285 MiB/s | 2.1× |
+//! | convert (3 600 SOLO events, 360 KiB, 4 KiB chunks) | 50.8 MiB/s | 10.2 MiB/s | 5.0× |
+//! | fold (400 messages, 30 tools, 780 KiB) | 127.8 MiB/s | 109.8 MiB/s | 1.2× |
+//! | restore (same body) | 233.8 MiB/s | 104.3 MiB/s | 2.2× |
+//!
+//! (An earlier run under slightly less load: 5.1×, 1.4×, 2.7×.)
 //!
 //! Fold has to build two owned `Value`s (the contract keeps the parsed
 //! original and hands the proxy an OpenAI `Value`), so parsing dominates and
