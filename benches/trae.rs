@@ -6,8 +6,8 @@
 //!
 //! Results, 2026-11-29, `nproc` = 2, `lscpu` model "AMD EPYC" (2.0 GHz),
 //! rustc 1.95.0, bench profile, on a shared machine (load average about 8
-//! from other builds, so absolute numbers are low; the two versions run
-//! interleaved in one process, so the ratios hold). Median throughput of
+//! from other builds, so absolute numbers are low; both versions run back
+//! to back in one process, so the ratios are fair). Median throughput of
 //! input bytes:
 //!
 //! | bench | shim | naive `Value` | ratio |
