@@ -127,16 +127,17 @@ fn read_status(c: &mut Cursor<'_>) -> Option<Status> {
         b'-' | b'0'..=b'9' => {
             let digits = c.literal()?;
             // Plain digits are the norm; anything else must be a JSON number.
-            let plain = digits.iter().all(u8::is_ascii_digit);
-            if !plain && serde_json::from_slice::<serde_json::Number>(digits).is_err() {
-                return None;
+            let plain = digits.iter().try_fold(0u32, |acc, &d| {
+                let digit = char::from(d).to_digit(10)?;
+                acc.checked_mul(10)?.checked_add(digit)
+            });
+            match plain {
+                Some(value) => Some(u16::try_from(value).map_or(Status::OtherNumber, Status::Code)),
+                None if serde_json::from_slice::<serde_json::Number>(digits).is_ok() => {
+                    Some(Status::OtherNumber)
+                }
+                None => None,
             }
-            Some(
-                std::str::from_utf8(digits)
-                    .ok()
-                    .and_then(|d| d.parse::<u16>().ok())
-                    .map_or(Status::OtherNumber, Status::Code),
-            )
         }
         _ => c.skip_value().map(|()| Status::Absent),
     }
@@ -201,6 +202,10 @@ mod tests {
         assert_eq!(top.status, Status::OtherNumber);
         assert!(!top.status.is_success());
         assert!(scan_top(br#"{"statusCodeValue":2-0,"body":"x"}"#, None).is_none());
+        let huge = scan_top(br#"{"statusCodeValue":99999999999,"body":"x"}"#, None).unwrap();
+        assert_eq!(huge.status, Status::OtherNumber);
+        let fraction = scan_top(br#"{"statusCodeValue":200.0,"body":"x"}"#, None).unwrap();
+        assert_eq!(fraction.status, Status::OtherNumber);
         let top = scan_top(br#"{"statusCodeValue":"200","body":"x"}"#, None).unwrap();
         assert_eq!(top.status, Status::Absent);
     }

@@ -10,34 +10,60 @@ use bytes::BytesMut;
 
 use crate::oneline::decode_string;
 
-/// How many bytes a plain loop checks before handing over to `memchr`:
-/// inside an envelope's `body` every inner quote is escaped, so the next
-/// quote or backslash is usually a few bytes away and `memchr`'s setup would
-/// cost more than the search.
-const SHORT_SCAN: usize = 32;
+/// From this many bytes on, `memchr` beats the word-at-a-time search; most
+/// JSON strings in a chunk (ids, keys, a delta) are shorter.
+const LONG_SCAN: usize = 256;
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
 
-/// The first `a` or `b` in `hay`: a plain loop over the first bytes,
-/// `memchr` beyond.
+/// Marks (bit 7) the bytes of `word` equal to `needle`; only the lowest
+/// mark is exact (borrows may mark bytes above it).
+#[inline]
+fn equal_bytes(word: u64, needle: u8) -> u64 {
+    let v = word ^ (ONES * u64::from(needle));
+    v.wrapping_sub(ONES) & !v & HIGHS
+}
+
+/// The first `a` or `b` in `hay`: eight bytes at a time for short spans
+/// (inside an envelope's `body` every inner quote is escaped, so the next
+/// quote or backslash is usually a few bytes away and `memchr`'s setup
+/// would cost more than the search), `memchr` for long ones.
 #[inline]
 pub(crate) fn find2(a: u8, b: u8, hay: &[u8]) -> Option<usize> {
-    let head = hay.get(..SHORT_SCAN).unwrap_or(hay);
-    if let Some(at) = head.iter().position(|&x| x == a || x == b) {
-        return Some(at);
+    let mut at = 0;
+    while let Some(chunk) = hay.get(at..at + 8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let word = u64::from_le_bytes(word);
+        let mask = equal_bytes(word, a) | equal_bytes(word, b);
+        if mask != 0 {
+            return Some(at + (mask.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+        if at >= LONG_SCAN {
+            return memchr::memchr2(a, b, hay.get(at..)?).map(|i| i + at);
+        }
     }
-    let tail = hay.get(SHORT_SCAN..)?;
-    memchr::memchr2(a, b, tail).map(|at| at + SHORT_SCAN)
+    let tail = hay.get(at..)?;
+    tail.iter().position(|&x| x == a || x == b).map(|i| i + at)
 }
 
 /// The first `needle` in `hay`, like [`find2`].
 #[inline]
 pub(crate) fn find1(needle: u8, hay: &[u8]) -> Option<usize> {
-    let head = hay.get(..SHORT_SCAN).unwrap_or(hay);
-    if let Some(at) = head.iter().position(|&x| x == needle) {
-        return Some(at);
-    }
-    let tail = hay.get(SHORT_SCAN..)?;
-    memchr::memchr(needle, tail).map(|at| at + SHORT_SCAN)
+    find2(needle, needle, hay)
 }
+
+/// The bytes that matter when skipping a container: quotes and brackets.
+const STRUCTURAL: [bool; 256] = {
+    let mut table = [false; 256];
+    table[b'"' as usize] = true;
+    table[b'{' as usize] = true;
+    table[b'}' as usize] = true;
+    table[b'[' as usize] = true;
+    table[b']' as usize] = true;
+    table
+};
 
 /// The raw contents of a JSON string: the bytes between its quotes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +111,7 @@ impl<'a> Cursor<'a> {
         self.pos
     }
 
+    #[inline]
     fn skip_ws(&mut self) {
         while let Some(b) = self.buf.get(self.pos) {
             if !matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
@@ -95,12 +122,14 @@ impl<'a> Cursor<'a> {
     }
 
     /// The next non-whitespace byte, not consumed.
+    #[inline]
     pub fn peek(&mut self) -> Option<u8> {
         self.skip_ws();
         self.buf.get(self.pos).copied()
     }
 
     /// Consumes `byte` if it is the next non-whitespace byte.
+    #[inline]
     pub fn eat(&mut self, byte: u8) -> bool {
         if self.peek() == Some(byte) {
             self.pos += 1;
@@ -111,11 +140,13 @@ impl<'a> Cursor<'a> {
     }
 
     /// Whether only whitespace is left.
+    #[inline]
     pub fn at_end(&mut self) -> bool {
         self.peek().is_none()
     }
 
     /// Reads a string value.
+    #[inline]
     pub fn string(&mut self) -> Option<RawStr> {
         if !self.eat(b'"') {
             return None;
@@ -156,6 +187,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Reads a number or `true`/`false`/`null` token.
+    #[inline]
     pub fn literal(&mut self) -> Option<&'a [u8]> {
         self.skip_ws();
         let start = self.pos;
@@ -176,6 +208,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Skips one value of any kind.
+    #[inline]
     pub fn skip_value(&mut self) -> Option<()> {
         match self.peek()? {
             b'"' => self.string().map(drop),
@@ -185,6 +218,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Skips a value and says whether it was `null`.
+    #[inline]
     pub fn skip_is_null(&mut self) -> Option<bool> {
         if self.peek()? == b'n' {
             return Some(self.literal()? == b"null");
@@ -193,6 +227,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Skips a value and says whether it was a non-empty string.
+    #[inline]
     pub fn skip_is_nonempty_string(&mut self) -> Option<bool> {
         if self.peek()? == b'"' {
             return self.string().map(|s| !s.is_empty());
@@ -216,6 +251,12 @@ impl<'a> Cursor<'a> {
     fn skip_container(&mut self) -> Option<()> {
         let mut depth = 0usize;
         loop {
+            while let Some(&b) = self.buf.get(self.pos) {
+                if STRUCTURAL[usize::from(b)] {
+                    break;
+                }
+                self.pos += 1;
+            }
             match *self.buf.get(self.pos)? {
                 b'"' => {
                     self.string()?;
@@ -243,6 +284,7 @@ impl<'a> Cursor<'a> {
     /// The next key of the object being read, leaving the cursor at its
     /// value; `Some(None)` once the closing brace is consumed. `first` must
     /// start `true` for each object.
+    #[inline]
     pub fn next_key(&mut self, first: &mut bool) -> Option<Option<RawStr>> {
         if self.eat(b'}') {
             return Some(None);
@@ -261,6 +303,7 @@ impl<'a> Cursor<'a> {
 
     /// Whether another item follows, leaving the cursor at it; `Some(false)`
     /// once the closing bracket is consumed. `first` must start `true`.
+    #[inline]
     pub fn next_item(&mut self, first: &mut bool) -> Option<bool> {
         if self.eat(b']') {
             return Some(false);
@@ -338,5 +381,28 @@ mod tests {
         );
         assert_eq!(Cursor::new(b"null").skip_is_null(), Some(true));
         assert_eq!(Cursor::new(b"nullx").skip_is_null(), Some(false));
+    }
+
+    #[test]
+    fn find2_agrees_with_a_plain_search_at_every_length() {
+        let mut rng = fastrand::Rng::with_seed(3);
+        for len in 0..600 {
+            for _ in 0..4 {
+                let hay: Vec<u8> = (0..len)
+                    .map(|_| {
+                        if rng.u8(..) < 4 {
+                            b'"'
+                        } else if rng.u8(..) < 3 {
+                            b'\\'
+                        } else {
+                            rng.u8(..)
+                        }
+                    })
+                    .collect();
+                let expected = hay.iter().position(|&x| x == b'"' || x == b'\\');
+                assert_eq!(find2(b'"', b'\\', &hay), expected, "{hay:?}");
+                assert_eq!(find1(b'"', &hay), hay.iter().position(|&x| x == b'"'));
+            }
+        }
     }
 }

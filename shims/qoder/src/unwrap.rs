@@ -61,7 +61,7 @@ enum Verdict {
 
 /// The frame-by-frame engine behind both translators.
 #[derive(Debug, Default)]
-pub struct Unwrapper {
+pub(crate) struct Unwrapper {
     usage: UsagePolicy,
     /// A `finish_reason` went by: an EOF now is a complete answer.
     finish_seen: bool,
