@@ -29,7 +29,7 @@
 //! splitter. The second holds with room (78-113 %). The first does not, and
 //! cannot on this machine: the minimal splitter, which does strictly less
 //! than any WHATWG parser (LF only, one field, no BOM, CR or limits), is
-//! itself only 16-17× eventsource-stream on `openai_chunks`, so 25× would
+//! itself only 17-18× eventsource-stream on `openai_chunks`, so 25× would
 //! mean beating that ceiling by half again. Profile of ours on
 //! `openai_chunks` (perf): ~28 % memchr2 for line ends, ~18 % the refcount
 //! bump and drop of the zero-copy slice, the rest line classification and
