@@ -180,7 +180,13 @@ const QUOTA_WORDS: &[&str] = &[
     "额度不足",
 ];
 
-const RATE_WORDS: &[&str] = &["rate limit", "rate_limit", "ratelimit", "too many requests", "throttl"];
+const RATE_WORDS: &[&str] = &[
+    "rate limit",
+    "rate_limit",
+    "ratelimit",
+    "too many requests",
+    "throttl",
+];
 
 const CONTEXT_WORDS: &[&str] = &[
     "context_length_exceeded",
