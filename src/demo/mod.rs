@@ -20,17 +20,14 @@ mod agent;
 mod providers;
 mod report;
 mod script;
+mod stack;
 
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::compressor::{self, Compressor, Policy};
-use crate::config::Config;
-use crate::server::{self, Running};
 use agent::{QoderAgent, TraeAgent};
-use providers::Provider;
 use report::ShimView;
+use stack::Stack;
 
 /// The demo's compression threshold: low enough that `folded` rises for
 /// both shims within 20 turns (each turn adds about 500 characters), high
@@ -42,10 +39,6 @@ pub const DEMO_KEEP_TURNS: usize = 2;
 
 /// Grace for streams still open when the demo stops (none should be).
 const STOP_GRACE: Duration = Duration::from_secs(1);
-
-/// How long the summary waits for shimgate to close the connections the
-/// qoder provider holds open (it does so right after the answer).
-const RELEASE_PATIENCE: Duration = Duration::from_millis(500);
 
 /// Runs the demo: `turns` turns per shim; `keep` serves on afterwards until
 /// Ctrl-C. Exit 0 when every turn got its scripted answer.
@@ -73,83 +66,6 @@ fn quiet_logs() -> impl tracing::Subscriber + Send + Sync {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .finish()
-}
-
-/// Everything the demo runs.
-struct Stack {
-    qoder: Provider,
-    trae: Provider,
-    running: Running,
-    compressor: Compressor,
-    qoder_shim: String,
-    trae_shim: String,
-}
-
-fn shim_config(stack_urls: (&str, &str), compressor: Option<&str>) -> Result<Config, String> {
-    let (qoder, trae) = stack_urls;
-    // Fail fast: the providers are local, so a retry would only hide a bug.
-    let mut toml = format!(
-        "[retry]\nmax_retries = 1\ninitial_delay_ms = 20\nmax_delay_ms = 100\n\n\
-         [upstream]\nfirst_byte_timeout_ms = 10000\nidle_timeout_ms = 10000\n\n\
-         [[shims.qoder.routes]]\nname = \"demo-qoder\"\nurl = \"{qoder}\"\n\n\
-         [[shims.trae.routes]]\nname = \"demo-trae\"\nurl = \"{trae}\"\n"
-    );
-    if let Some(url) = compressor {
-        toml.push_str(&format!("\n[compressor]\nurl = \"{url}\"\n"));
-    }
-    let mut config = Config::from_toml(&toml).map_err(|e| format!("demo config: {e}"))?;
-    let any = SocketAddr::from(([127, 0, 0, 1], 0));
-    config.qoder.listen = any;
-    config.trae.listen = any;
-    Ok(config)
-}
-
-async fn start_stack() -> Result<Stack, String> {
-    let bind = |e: std::io::Error| format!("cannot start a scripted provider: {e}");
-    let qoder = Provider::start(providers::qoder::answer)
-        .await
-        .map_err(bind)?;
-    let trae = Provider::start(providers::trae::answer)
-        .await
-        .map_err(bind)?;
-    let urls = (qoder.url(), trae.url());
-    // The compressor needs a shim's port and the shims need the compressor's:
-    // start the shims first, then swap in the config that names it.
-    let running = server::start(shim_config((&urls.0, &urls.1), None)?).await;
-    let status = crate::status::document(&running.app);
-    let addr = |name: &str, key: &str| {
-        running
-            .addr(name)
-            .map(|a| format!("http://{a}"))
-            .ok_or_else(|| {
-                format!(
-                    "the {name} shim did not start: {}",
-                    status[key]["startError"]
-                )
-            })
-    };
-    let qoder_shim = addr("qoder", "qoderShim")?;
-    let trae_shim = addr("trae", "traeShim")?;
-    let policy = Policy {
-        threshold_chars: DEMO_THRESHOLD_CHARS,
-        keep_turns: DEMO_KEEP_TURNS,
-    };
-    // Every listener serves both shims' return legs, so one compressor in
-    // front of the qoder listener serves trae too (as billion-context does
-    // with its single upstream).
-    let compressor = compressor::start(SocketAddr::from(([127, 0, 0, 1], 0)), &qoder_shim, policy)
-        .await
-        .map_err(|e| format!("cannot start the compressor: {e}"))?;
-    let config = shim_config((&urls.0, &urls.1), Some(&compressor.url()))?;
-    running.app.replace_config(config);
-    Ok(Stack {
-        qoder,
-        trae,
-        running,
-        compressor,
-        qoder_shim,
-        trae_shim,
-    })
 }
 
 fn print_intro(s: &Stack, turns: u32) {
@@ -239,21 +155,8 @@ async fn play(s: &Stack, turns: u32) -> Tally {
     tally
 }
 
-/// Waits until shimgate has closed every connection the qoder provider
-/// held open after `event:finish` (it stops reading at the sentinel).
-async fn holds_released(p: &Provider) -> (u64, u64) {
-    let start = tokio::time::Instant::now();
-    loop {
-        let (held, released) = p.log().holds();
-        if released >= held || start.elapsed() > RELEASE_PATIENCE {
-            return (held, released);
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 async fn demo(turns: u32, keep: bool) -> ExitCode {
-    let stack = match start_stack().await {
+    let stack = match stack::start().await {
         Ok(s) => s,
         Err(e) => {
             eprintln!("shimgate demo: {e}");
@@ -282,7 +185,7 @@ async fn demo(turns: u32, keep: bool) -> ExitCode {
     if tally.failure.is_none() && !problems.is_empty() {
         tally.failure = Some(problems.join("; "));
     }
-    let held = holds_released(&stack.qoder).await;
+    let held = stack::holds_released(&stack.qoder).await;
     let status_url = format!("{}/status", stack.qoder_shim);
     print_summary(&stack, &tally, (&q, &t), held, &status_url);
     if keep {
@@ -294,7 +197,7 @@ async fn demo(turns: u32, keep: bool) -> ExitCode {
             stack.trae_shim,
             stack.compressor.url()
         );
-        compressor::wait_for_stop().await;
+        crate::compressor::wait_for_stop().await;
     }
     let Stack {
         running,
