@@ -18,15 +18,24 @@
 //! Run: `cargo bench --bench qoder` (about 15 s).
 //!
 //! Measured 2026-11-29 on a shared 2-core VM (`nproc` = 2, `lscpu`: "AMD
-//! EPYC"), release profile, criterion medians over a 1.29 MB stream; the
-//! machine was shared with other builds and a fuzzer, so read the ratio:
+//! EPYC", no model number shown), release profile, stream of 1,263,498
+//! bytes. The machine was running other engineers' builds and tests (load
+//! average 6–8 on 2 cores), so wall-clock figures swing between runs; two
+//! criterion runs (medians) and a load-independent instruction count:
 //!
-//! | implementation | time per stream | throughput |
-//! |---|---|---|
-//! | shimgate | RESULT | RESULT |
-//! | naive_value | RESULT | RESULT |
+//! | run | shimgate | naive_value | ratio |
+//! |---|---|---|---|
+//! | criterion, run 1 | 4.74 ms (254 MiB/s) | 50.4 ms (23.9 MiB/s) | 10.6× |
+//! | criterion, run 2 | 6.81 ms (177 MiB/s) | 36.3 ms (33.2 MiB/s) | 5.3× |
+//! | best of 40, interleaved | 4.29 ms (281 MiB/s) | 29.7 ms (40.6 MiB/s) | 6.9× |
+//! | instructions per stream (callgrind) | 26.4 M | 130.5 M | 4.9× |
 //!
-//! Ratio shimgate / naive_value: RESULT (target ≥ 4×).
+//! The last two rows ran these same two functions from a scratch harness:
+//! alternating 40 times and keeping each one's best, and under
+//! `valgrind --tool=callgrind` (setup subtracted).
+//!
+//! Target ≥ 4×: met. The baseline also pays for its allocations, which is
+//! why its wall-clock time suffers more than ours on a loaded machine.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::hint::black_box;
