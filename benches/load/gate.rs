@@ -1,0 +1,205 @@
+//! The processes under test: the real `shimgate serve` binary (and the
+//! reference `shimgate compressor`), started with a generated config and the
+//! file-descriptor limit raised to the machine's hard cap, plus `/status`
+//! and the child's memory from `/proc`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Method;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use super::agent::{collect, Conn};
+
+/// The binary under test: `$SHIMGATE_BIN`, else the one cargo built for
+/// this bench (same profile), else `target/release/shimgate` beside it.
+pub fn binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("SHIMGATE_BIN") {
+        return PathBuf::from(p);
+    }
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_shimgate"));
+    if built.exists() {
+        return built;
+    }
+    let exe = std::env::current_exe().unwrap_or_default();
+    // …/release/deps/load-HASH → …/release/shimgate
+    exe.parent()
+        .and_then(|deps| deps.parent())
+        .map(|dir| dir.join("shimgate"))
+        .unwrap_or(built)
+}
+
+/// A free loopback port (bound, read, released; the small race with other
+/// programs is acceptable on a bench machine).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// The soft descriptor limit a child gets: `ulimit -n` may only rise to
+/// the hard cap, which on this kind of machine is below 65,536.
+pub fn fd_cap() -> u64 {
+    let out = std::process::Command::new("sh")
+        .args(["-c", "ulimit -Hn"])
+        .output()
+        .ok();
+    out.and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1024)
+}
+
+/// A child process that prints `listening …` lines on stdout.
+pub struct Proc {
+    pub child: Child,
+    pub pid: u32,
+    /// `listening NAME ADDR` → (NAME, ADDR); the compressor prints no name.
+    pub listening: Vec<(String, SocketAddr)>,
+}
+
+impl Proc {
+    /// Runs `bin args…` through `sh` with the descriptor limit at the hard
+    /// cap, waiting until `expect` listening lines were printed.
+    pub async fn spawn(args: &[String], expect: usize, log: PathBuf, rust_log: &str) -> Proc {
+        let script = "ulimit -n $(ulimit -Hn) 2>/dev/null; exec \"$@\"";
+        let stderr = std::fs::File::create(&log).expect("log file");
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .arg("sh")
+            .arg(binary())
+            .args(args)
+            .env("RUST_LOG", rust_log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(stderr))
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", binary().display()));
+        let pid = child.id().expect("pid");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let mut listening = Vec::new();
+        let wait = async {
+            while listening.len() < expect {
+                let Ok(Some(line)) = lines.next_line().await else {
+                    break;
+                };
+                let words: Vec<&str> = line.split_whitespace().collect();
+                match words.as_slice() {
+                    ["listening", name, addr] => {
+                        listening.push((name.to_string(), addr.parse().expect("addr")))
+                    }
+                    ["listening", addr] => {
+                        listening.push((String::new(), addr.parse().expect("addr")))
+                    }
+                    _ => {}
+                }
+            }
+        };
+        if tokio::time::timeout(Duration::from_secs(20), wait)
+            .await
+            .is_err()
+            || listening.len() < expect
+        {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            panic!("{:?} did not start:\n{text}", args);
+        }
+        // Keep draining stdout so the child never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Proc {
+            child,
+            pid,
+            listening,
+        }
+    }
+
+    /// The address printed for `name` ("" for the compressor).
+    pub fn addr(&self, name: &str) -> SocketAddr {
+        self.listening
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, a)| *a)
+            .unwrap_or_else(|| panic!("{name} is not listening"))
+    }
+
+    /// `VmRSS` and `VmHWM` (peak) in KiB.
+    pub fn memory_kib(&self) -> (u64, u64) {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+
+    /// Open descriptors of the child.
+    pub fn fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+
+    /// Stops the child (SIGKILL: nothing to flush, and it is ours).
+    pub async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// A scratch directory for configs and logs.
+pub fn scratch() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("shimgate-load-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+/// Starts `shimgate serve` with `toml` on two pre-picked ports.
+pub async fn serve(name: &str, toml: &str, rust_log: &str) -> Proc {
+    let dir = scratch();
+    let file = dir.join(format!("{name}.toml"));
+    std::fs::write(&file, toml).expect("config");
+    let args = vec![
+        "serve".to_string(),
+        "--config".to_string(),
+        file.display().to_string(),
+    ];
+    Proc::spawn(&args, 2, dir.join(format!("{name}.log")), rust_log).await
+}
+
+/// Starts `shimgate compressor` in front of `upstream`.
+pub async fn compressor(upstream: &str, threshold_chars: usize) -> Proc {
+    let dir = scratch();
+    let args = vec![
+        "compressor".to_string(),
+        "--listen".to_string(),
+        "127.0.0.1:0".to_string(),
+        "--upstream".to_string(),
+        upstream.to_string(),
+        "--threshold-chars".to_string(),
+        threshold_chars.to_string(),
+    ];
+    Proc::spawn(&args, 1, dir.join("compressor.log"), "error").await
+}
+
+/// `GET /status` of a shimgate listener.
+pub async fn status(addr: SocketAddr) -> Value {
+    let mut conn = Conn::new(addr);
+    match conn.send(Method::GET, "/status", &[], Bytes::new()).await {
+        Ok(resp) => {
+            let whole = collect(resp, Duration::from_secs(10)).await;
+            serde_json::from_slice(&whole.body).unwrap_or(Value::Null)
+        }
+        Err(_) => Value::Null,
+    }
+}
