@@ -14,41 +14,30 @@
 //! upstream call.
 
 mod attempt;
+mod outbound;
+mod response;
 
 pub use attempt::{error_chain, relay, sse_headers};
+pub use outbound::{FixedOutbound, Outbound, OutboundFuture};
+pub use response::{ChainError, ChainResponse};
 pub mod policy;
 pub mod state;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, Response, StatusCode};
-use http_body_util::Full;
-use serde_json::json;
+use http::StatusCode;
 use shimgate_shim_api::{Failure, FailureCode, StreamTranslator};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
-use crate::body::{self, Body, BoxError, ChannelBody};
+use crate::body::{BoxError, ChannelBody};
 use crate::config::{Config, Ordering, RetryPolicy, Route, Timeouts};
 use crate::upstream::HttpClient;
 use policy::RetryDecision;
 use state::{AttemptEntry, CallRecord, ChainState, Outcome, RouteReport};
-
-/// The future an [`Outbound`] returns.
-pub type OutboundFuture<'a> =
-    Pin<Box<dyn Future<Output = Result<Request<Full<Bytes>>, Failure>> + Send + 'a>>;
-
-/// Builds the upstream request of one attempt on one route. Called again for
-/// every attempt, so a codec can sign each retry afresh.
-pub trait Outbound: Send + Sync + 'static {
-    /// The request for `route` (full URL, headers, body).
-    fn request<'a>(&'a self, route: &'a Route) -> OutboundFuture<'a>;
-}
 
 /// Makes a fresh translator for each attempt.
 pub type TranslatorFactory = Arc<dyn Fn() -> Box<dyn StreamTranslator> + Send + Sync>;
@@ -110,142 +99,6 @@ pub struct ChainCtx {
     /// Cancelled when the shutdown grace period is over: streams still
     /// running end with a final error frame.
     pub hard_stop: CancellationToken,
-}
-
-/// What a call produced.
-pub enum ChainResponse {
-    /// Committed: the answer streams from `body`.
-    Stream {
-        status: StatusCode,
-        headers: HeaderMap,
-        body: ChannelBody,
-        route: String,
-    },
-    /// An upstream answer passed on whole (an error that ends the call
-    /// without switching, e.g. a context-window 400).
-    Verbatim {
-        status: StatusCode,
-        headers: HeaderMap,
-        body: Bytes,
-    },
-    /// Nothing was sent: the call failed.
-    Failed(ChainError),
-}
-
-impl ChainResponse {
-    /// The HTTP response to hand the client as is.
-    pub fn into_response(self) -> Response<Body> {
-        match self {
-            ChainResponse::Stream {
-                status,
-                headers,
-                body,
-                ..
-            } => {
-                let mut resp = Response::new(body::streaming(body));
-                *resp.status_mut() = status;
-                *resp.headers_mut() = headers;
-                resp
-            }
-            ChainResponse::Verbatim {
-                status,
-                headers,
-                body,
-            } => {
-                let mut resp = Response::new(body::full(body));
-                *resp.status_mut() = status;
-                *resp.headers_mut() = headers;
-                resp
-            }
-            ChainResponse::Failed(e) => e.into_response(),
-        }
-    }
-}
-
-/// Why a call produced no answer.
-#[derive(Debug, Clone)]
-pub enum ChainError {
-    /// The shim has no routes configured.
-    NoRoutes { shim: &'static str },
-    /// Every route failed.
-    Exhausted { reports: Vec<RouteReport> },
-    /// shimgate is shutting down.
-    ShuttingDown,
-    /// The client went away (nobody will read this).
-    Aborted,
-}
-
-impl ChainError {
-    /// The stable code.
-    pub fn code(&self) -> &'static str {
-        match self {
-            ChainError::NoRoutes { .. } => "NO_ROUTES",
-            ChainError::Exhausted { .. } => FailureCode::AutoRoutesExhausted.as_str(),
-            ChainError::ShuttingDown => "SHUTTING_DOWN",
-            ChainError::Aborted => FailureCode::Aborted.as_str(),
-        }
-    }
-
-    /// One line for logs and `lastError`.
-    pub fn message(&self) -> String {
-        match self {
-            ChainError::NoRoutes { shim } => format!(
-                "no routes are configured for the {shim} shim: add [[shims.{shim}.routes]] to the config"
-            ),
-            ChainError::Exhausted { reports } => {
-                let tried = reports.iter().filter(|r| r.tries > 0).count();
-                let mut text = format!("all {} routes failed ({tried} tried)", reports.len());
-                for (i, r) in reports.iter().enumerate() {
-                    let reason = r
-                        .reason
-                        .clone()
-                        .unwrap_or_else(|| r.code.map_or("?", FailureCode::as_str).to_string());
-                    text.push_str(&format!(
-                        "; {}) {} -> {} ({} ms, {} tries)",
-                        i + 1,
-                        r.route,
-                        reason,
-                        r.elapsed.as_millis(),
-                        r.tries
-                    ));
-                }
-                text
-            }
-            ChainError::ShuttingDown => "shimgate is shutting down".to_string(),
-            ChainError::Aborted => "the client went away".to_string(),
-        }
-    }
-
-    /// As a `Failure` (for in-band error frames).
-    pub fn failure(&self) -> Failure {
-        let code = match self {
-            ChainError::Exhausted { .. } => FailureCode::AutoRoutesExhausted,
-            ChainError::Aborted => FailureCode::Aborted,
-            ChainError::NoRoutes { .. } | ChainError::ShuttingDown => FailureCode::Server,
-        };
-        Failure::new(code, self.message())
-    }
-
-    /// The 502 (or 503) JSON answer, listing each route.
-    pub fn into_response(self) -> Response<Body> {
-        let status = match self {
-            ChainError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::BAD_GATEWAY,
-        };
-        let routes: Vec<_> = match &self {
-            ChainError::Exhausted { reports } => reports.iter().map(RouteReport::to_json).collect(),
-            _ => Vec::new(),
-        };
-        body::json_response(
-            status,
-            &json!({"error": {
-                "code": self.code(),
-                "message": self.message(),
-                "type": "shimgate_error",
-                "routes": routes,
-            }}),
-        )
-    }
 }
 
 /// Runs one call. Returns once the answer is committed (or the call failed);
@@ -631,35 +484,5 @@ fn report(
         reason: failure.map(|f| f.to_string()),
         elapsed,
         switched_to,
-    }
-}
-
-/// An outbound request that is the same for every attempt: method, the
-/// request path appended to the route's base URL, headers and a body.
-pub struct FixedOutbound {
-    pub method: http::Method,
-    /// Path and query, starting with `/`.
-    pub path_and_query: String,
-    pub headers: HeaderMap,
-    pub body: Bytes,
-}
-
-impl Outbound for FixedOutbound {
-    fn request<'a>(&'a self, route: &'a Route) -> OutboundFuture<'a> {
-        Box::pin(async move {
-            let uri = format!("{}{}", route.url, self.path_and_query);
-            let mut req = Request::builder()
-                .method(self.method.clone())
-                .uri(&uri)
-                .body(Full::new(self.body.clone()))
-                .map_err(|e| {
-                    Failure::new(
-                        FailureCode::Unsupported,
-                        format!("bad upstream URL {uri}: {e}"),
-                    )
-                })?;
-            *req.headers_mut() = self.headers.clone();
-            Ok(req)
-        })
     }
 }

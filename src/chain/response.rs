@@ -1,0 +1,146 @@
+//! What a call produces: a committed stream, an upstream answer passed on
+//! whole, or the reason nothing could be sent (with the per-route list).
+
+use bytes::Bytes;
+use http::{HeaderMap, Response, StatusCode};
+use serde_json::json;
+use shimgate_shim_api::{Failure, FailureCode};
+
+use super::state::RouteReport;
+use crate::body::{self, Body, ChannelBody};
+
+/// What a call produced.
+pub enum ChainResponse {
+    /// Committed: the answer streams from `body`.
+    Stream {
+        status: StatusCode,
+        headers: HeaderMap,
+        body: ChannelBody,
+        route: String,
+    },
+    /// An upstream answer passed on whole (an error that ends the call
+    /// without switching, e.g. a context-window 400).
+    Verbatim {
+        status: StatusCode,
+        headers: HeaderMap,
+        body: Bytes,
+    },
+    /// Nothing was sent: the call failed.
+    Failed(ChainError),
+}
+
+impl ChainResponse {
+    /// The HTTP response to hand the client as is.
+    pub fn into_response(self) -> Response<Body> {
+        match self {
+            ChainResponse::Stream {
+                status,
+                headers,
+                body,
+                ..
+            } => {
+                let mut resp = Response::new(body::streaming(body));
+                *resp.status_mut() = status;
+                *resp.headers_mut() = headers;
+                resp
+            }
+            ChainResponse::Verbatim {
+                status,
+                headers,
+                body,
+            } => {
+                let mut resp = Response::new(body::full(body));
+                *resp.status_mut() = status;
+                *resp.headers_mut() = headers;
+                resp
+            }
+            ChainResponse::Failed(e) => e.into_response(),
+        }
+    }
+}
+
+/// Why a call produced no answer.
+#[derive(Debug, Clone)]
+pub enum ChainError {
+    /// The shim has no routes configured.
+    NoRoutes { shim: &'static str },
+    /// Every route failed.
+    Exhausted { reports: Vec<RouteReport> },
+    /// shimgate is shutting down.
+    ShuttingDown,
+    /// The client went away (nobody will read this).
+    Aborted,
+}
+
+impl ChainError {
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ChainError::NoRoutes { .. } => "NO_ROUTES",
+            ChainError::Exhausted { .. } => FailureCode::AutoRoutesExhausted.as_str(),
+            ChainError::ShuttingDown => "SHUTTING_DOWN",
+            ChainError::Aborted => FailureCode::Aborted.as_str(),
+        }
+    }
+
+    /// One line for logs and `lastError`.
+    pub fn message(&self) -> String {
+        match self {
+            ChainError::NoRoutes { shim } => format!(
+                "no routes are configured for the {shim} shim: add [[shims.{shim}.routes]] to the config"
+            ),
+            ChainError::Exhausted { reports } => {
+                let tried = reports.iter().filter(|r| r.tries > 0).count();
+                let mut text = format!("all {} routes failed ({tried} tried)", reports.len());
+                for (i, r) in reports.iter().enumerate() {
+                    let reason = r
+                        .reason
+                        .clone()
+                        .unwrap_or_else(|| r.code.map_or("?", FailureCode::as_str).to_string());
+                    text.push_str(&format!(
+                        "; {}) {} -> {} ({} ms, {} tries)",
+                        i + 1,
+                        r.route,
+                        reason,
+                        r.elapsed.as_millis(),
+                        r.tries
+                    ));
+                }
+                text
+            }
+            ChainError::ShuttingDown => "shimgate is shutting down".to_string(),
+            ChainError::Aborted => "the client went away".to_string(),
+        }
+    }
+
+    /// As a `Failure` (for in-band error frames).
+    pub fn failure(&self) -> Failure {
+        let code = match self {
+            ChainError::Exhausted { .. } => FailureCode::AutoRoutesExhausted,
+            ChainError::Aborted => FailureCode::Aborted,
+            ChainError::NoRoutes { .. } | ChainError::ShuttingDown => FailureCode::Server,
+        };
+        Failure::new(code, self.message())
+    }
+
+    /// The 502 (or 503) JSON answer, listing each route.
+    pub fn into_response(self) -> Response<Body> {
+        let status = match self {
+            ChainError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::BAD_GATEWAY,
+        };
+        let routes: Vec<_> = match &self {
+            ChainError::Exhausted { reports } => reports.iter().map(RouteReport::to_json).collect(),
+            _ => Vec::new(),
+        };
+        body::json_response(
+            status,
+            &json!({"error": {
+                "code": self.code(),
+                "message": self.message(),
+                "type": "shimgate_error",
+                "routes": routes,
+            }}),
+        )
+    }
+}
