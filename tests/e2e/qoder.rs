@@ -587,3 +587,36 @@ async fn a_small_max_tokens_call_still_works_and_counts_as_a_side_request() {
     assert_eq!(q["forwarded"], 1);
     assert_eq!(up.requests()[0].json()["parameters"]["max_tokens"], 150);
 }
+
+#[tokio::test]
+async fn an_error_after_content_still_reaches_the_agent_through_a_bili_like_proxy() {
+    let up = Upstream::always(
+        Reply::sse()
+            .chunk(envelope(&role_chunk()))
+            .chunk(envelope(&text_chunk("half an ")))
+            .sleep(20)
+            .reset(),
+    )
+    .await;
+    let (gate, proxy) = with_proxy(
+        &[&up],
+        Options {
+            mode: Mode::Bili,
+            ..Options::default()
+        },
+        "",
+    )
+    .await;
+    let resp = send_ask(&gate, &ask(&[json!({"role": "user", "content": "hi"})])).await;
+    let (text, done, errors) = read_answer(&resp.body);
+    assert_eq!(text, "half an ");
+    assert!(done);
+    assert_eq!(
+        errors.len(),
+        1,
+        "the proxy dropped the error frame:\n{}",
+        resp.text()
+    );
+    assert_eq!(errors[0]["code"], "TRANSPORT");
+    assert!(proxy.violations().is_empty(), "{:?}", proxy.violations());
+}

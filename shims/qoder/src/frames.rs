@@ -13,9 +13,18 @@ pub const MODEL_ERROR_TYPE: &str = "model_error";
 /// `type` of a failure shimgate saw itself (reset, timeout, shutdown).
 pub const SHIMGATE_ERROR_TYPE: &str = "shimgate_error";
 
-/// Appends `data: {"error":{"code","message","type"}}` and a blank line.
+/// Appends `data: {"error":{"code","message","type"},"choices":[…]}` and a
+/// blank line.
+///
+/// The empty role delta in `choices` is there for proxies: billion-context
+/// drops every frame without `choices` (so an error after content would
+/// vanish and the agent would see a clean, truncated answer) but passes a
+/// role-shaped frame byte for byte. OpenAI clients read `error` first.
 pub fn put_error_frame(out: &mut BytesMut, code: &str, message: &str, kind: &str) {
-    let frame = json!({"error": {"code": code, "message": message, "type": kind}});
+    let frame = json!({
+        "error": {"code": code, "message": message, "type": kind},
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}],
+    });
     out.extend_from_slice(b"data: ");
     // Compact serde_json output escapes every control byte: one line.
     out.extend_from_slice(&serde_json::to_vec(&frame).unwrap_or_default());

@@ -268,7 +268,8 @@ fn eof_without_finish_is_a_cut_and_fail_closes_it() {
     let error: Value = serde_json::from_str(&frames[frames.len() - 2]).unwrap();
     assert_eq!(
         error,
-        json!({"error":{"code":"TRANSPORT","message":"reset by peer","type":"shimgate_error"}})
+        json!({"error":{"code":"TRANSPORT","message":"reset by peer","type":"shimgate_error"},
+            "choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]})
     );
 }
 
@@ -283,7 +284,7 @@ fn duplicate_request_error_is_flattened() {
     assert_eq!(
         data_frames(&run.out),
         vec![
-            r#"{"error":{"code":"103","message":"Duplicate request","type":"model_error"}}"#,
+            r#"{"error":{"code":"103","message":"Duplicate request","type":"model_error"},"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#,
             "[DONE]"
         ]
     );
