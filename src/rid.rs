@@ -123,13 +123,22 @@ impl RidRegistry {
         format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..))
     }
 
-    /// Stores an entry, evicting expired ones and the oldest beyond capacity.
+    /// Stores an entry, evicting expired ones and the oldest beyond
+    /// capacity. An entry still in use (an ingress waiting on the proxy, a
+    /// return leg running) is never evicted: with more than 256 calls in
+    /// flight at once the registry holds them all, and shrinks back as they
+    /// end.
     pub fn insert(&self, entry: RidEntry) -> Arc<RidEntry> {
         let entry = Arc::new(entry);
         let mut inner = self.lock();
         Self::expire(&mut inner);
-        while inner.order.len() >= RID_CAPACITY {
-            if let Some(old) = inner.order.pop_front() {
+        while inner.map.len() >= RID_CAPACITY {
+            let idle = inner
+                .order
+                .iter()
+                .position(|rid| inner.map.get(rid).is_none_or(|e| !in_use(e)));
+            let Some(at) = idle else { break };
+            if let Some(old) = inner.order.remove(at) {
                 inner.map.remove(&old);
             }
         }
@@ -138,14 +147,10 @@ impl RidRegistry {
         entry
     }
 
-    /// A live entry.
+    /// A live entry (younger than the TTL, or still in use).
     pub fn get(&self, rid: &str) -> Option<Arc<RidEntry>> {
         let inner = self.lock();
-        inner
-            .map
-            .get(rid)
-            .filter(|e| e.created.elapsed() < RID_TTL)
-            .cloned()
+        inner.map.get(rid).filter(|e| is_live(e)).cloned()
     }
 
     /// Live entries of one shim.
@@ -156,19 +161,25 @@ impl RidRegistry {
     }
 
     fn expire(inner: &mut Inner) {
-        while let Some(rid) = inner.order.front() {
-            let expired = inner
-                .map
-                .get(rid)
-                .is_none_or(|e| e.created.elapsed() >= RID_TTL);
-            if !expired {
-                break;
+        let Inner { map, order } = inner;
+        order.retain(|rid| {
+            let keep = map.get(rid).is_some_and(is_live);
+            if !keep {
+                map.remove(rid);
             }
-            if let Some(rid) = inner.order.pop_front() {
-                inner.map.remove(&rid);
-            }
-        }
+            keep
+        });
     }
+}
+
+/// Someone besides the registry holds the entry: an ingress waiting on the
+/// proxy or relaying its answer, or a return leg at work.
+fn in_use(e: &Arc<RidEntry>) -> bool {
+    Arc::strong_count(e) > 1
+}
+
+fn is_live(e: &Arc<RidEntry>) -> bool {
+    e.created.elapsed() < RID_TTL || in_use(e)
 }
 
 #[cfg(test)]
@@ -196,6 +207,23 @@ mod tests {
         assert!(r.get("0").is_none());
         assert!(r.get("1").is_some());
         assert_eq!(r.live("trae"), RID_CAPACITY);
+    }
+
+    #[test]
+    fn entries_in_use_are_not_evicted() {
+        let r = RidRegistry::default();
+        let held: Vec<_> = (0..RID_CAPACITY + 10)
+            .map(|i| r.insert(entry(&i.to_string())))
+            .collect();
+        assert!(r.get("0").is_some(), "in use, so kept past capacity");
+        assert_eq!(r.live("trae"), RID_CAPACITY + 10);
+        drop(held);
+        r.insert(entry("new"));
+        assert_eq!(
+            r.live("trae"),
+            RID_CAPACITY,
+            "idle ones go as new ones come"
+        );
     }
 
     #[test]

@@ -312,7 +312,12 @@ pub async fn stream(
         Mode::Raw { mut body } => loop {
             let next = tokio::select! {
                 biased;
-                _ = tx.closed() => return Err(aborted()),
+                // hyper ends a response as soon as it wrote `content-length`
+                // bytes, which can be before we saw the upstream body end:
+                // that client read everything, it did not go away.
+                _ = tx.closed() => {
+                    return if http_body::Body::is_end_stream(&body) { Ok(()) } else { Err(aborted()) };
+                }
                 _ = ctx.hard_stop.cancelled() => {
                     let _ = tx.send(Err("shimgate is shutting down".into())).await;
                     return Err(Failure::new(FailureCode::Server, "shimgate shut down mid-stream"));

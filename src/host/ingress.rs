@@ -158,10 +158,18 @@ async fn via_proxy<S: Shim>(
     let attempt = match Request::post(&url).body(Full::new(body)) {
         Ok(mut r) => {
             *r.headers_mut() = forwarded_to_proxy(&taken.headers, &rid);
+            // The proxy must reach the return leg within the first-byte
+            // timeout. Once it has, the answer comes from our own chain,
+            // which holds the head until content and may be retrying or
+            // honouring a Retry-After: wait for it with no further limit
+            // (the chain's own timeouts bound it).
             let wait = config.timeouts.first_byte;
-            match tokio::time::timeout(wait, live.client.request(r)).await {
-                Err(_) => Err(format!("no answer within {} ms", wait.as_millis())),
+            let answer = live.client.request(r);
+            tokio::pin!(answer);
+            match tokio::time::timeout(wait, &mut answer).await {
                 Ok(r) => r.map_err(|e| chain::error_chain(&e)),
+                Err(_) if entry.reached() => answer.await.map_err(|e| chain::error_chain(&e)),
+                Err(_) => Err(format!("no answer within {} ms", wait.as_millis())),
             }
         }
         Err(e) => Err(format!("bad compressor URL {url}: {e}")),
@@ -169,7 +177,7 @@ async fn via_proxy<S: Shim>(
     match attempt {
         Ok(resp) if resp.status().is_success() || entry.reached() => {
             host.set_effective(entry.reached());
-            relay(host, app, config, &taken.original, resp)
+            relay(host, app, config, &taken.original, resp, Some(entry))
         }
         failed => {
             let why = match &failed {
@@ -188,7 +196,7 @@ async fn via_proxy<S: Shim>(
             // The return leg took the request meanwhile: pass the proxy's answer on.
             host.set_effective(true);
             match failed {
-                Ok(resp) => relay(host, app, config, &taken.original, resp),
+                Ok(resp) => relay(host, app, config, &taken.original, resp, Some(entry)),
                 Err(e) => {
                     stats.error(format!("{why} after the return leg took rid {rid}"));
                     body::error_response(StatusCode::BAD_GATEWAY, "COMPRESSOR_FAILED", &e)
@@ -206,6 +214,7 @@ fn relay<S: Shim>(
     config: &Config,
     original: &Arc<S::Original>,
     resp: Response<Incoming>,
+    pin: Option<Arc<RidEntry>>,
 ) -> Response<Body> {
     let (parts, incoming) = resp.into_parts();
     let is_sse = parts
@@ -230,6 +239,9 @@ fn relay<S: Shim>(
     let idle = config.timeouts.idle;
     let stats = app.shim_stats(host.shim.name());
     tokio::spawn(async move {
+        // While the answer streams, the proxy may still call the return
+        // leg (its own tool loop): keep the rid alive until the end.
+        let _pin = pin;
         let _streaming = ctx.state.stream_started();
         if let Err(f) = chain::relay(&ctx, idle, incoming, translator, &tx).await {
             if f.code != shimgate_shim_api::FailureCode::Aborted {

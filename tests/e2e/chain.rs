@@ -332,3 +332,51 @@ async fn a_port_in_use_shows_start_error_while_the_other_shim_serves() {
     assert_eq!(st["traeShim"]["listening"], true);
     assert_eq!(post(&gate, "{}").await.json(), json!({"ok": 1}));
 }
+
+// Found by the load tool: hyper ends a content-length response as soon as
+// it wrote the last byte, which raced the chain task still waiting for the
+// upstream body's end, so a whole answer was now and then logged ABORTED.
+// The race is timing-dependent: this catches it under load (as the load
+// run did), not on every quiet run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_whole_passthrough_answer_is_logged_ok_never_aborted() {
+    const CLIENTS: usize = 8;
+    const CALLS: usize = 100;
+    let body = r#"{"detail":{"model":"glm-5.3","window":1000000}}"#;
+    let len = body.len().to_string();
+    let up = Upstream::always(
+        Reply::head(
+            200,
+            &[
+                ("content-type", "application/json"),
+                ("content-length", &len),
+            ],
+        )
+        .chunk(body),
+    )
+    .await;
+    let gate = Gate::start(&config(&[("t1", &up)], "")).await;
+    let url = format!("{}{PATH}", gate.trae);
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        let url = url.clone();
+        clients.push(tokio::spawn(async move {
+            for _ in 0..CALLS {
+                let resp = client::post_json(&url, &json!({"ask": "detail"})).await;
+                assert_eq!(resp.text(), body);
+            }
+        }));
+    }
+    for c in clients {
+        c.await.unwrap();
+    }
+    let total = (CLIENTS * CALLS) as u64;
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            gate.status().await["chain"]["routes"]["trae"][0]["ok"].as_u64() == Some(total)
+        })
+        .await
+    );
+    let route = &gate.status().await["chain"]["routes"]["trae"][0];
+    assert_eq!(route["failures"], json!({}), "{route}");
+}
