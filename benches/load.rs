@@ -46,7 +46,13 @@ mod wire;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let args = args::Args::parse(std::env::args().skip(1));
+    let argv: Vec<String> = std::env::args().collect();
+    if let [_, flag, upstream] = argv.as_slice() {
+        if flag == "--forwarder" {
+            forwarder::serve_forever(upstream.clone());
+        }
+    }
+    let args = args::Args::parse(argv.into_iter().skip(1));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -29,6 +29,21 @@ const HOP_BY_HOP: [&str; 8] = [
     "host",
 ];
 
+/// `load --forwarder URL`: serves a forwarder in this process until killed,
+/// on a runtime shaped like shimgate's (multi-threaded, one worker a core).
+pub fn serve_forever(upstream: String) -> ! {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async move {
+        let addr = start(upstream).await;
+        println!("listening {addr}");
+        std::future::pending::<()>().await;
+    });
+    std::process::exit(0)
+}
+
 /// Starts a forwarder in front of `upstream` (`http://host:port`); returns
 /// its address.
 pub async fn start(upstream: String) -> SocketAddr {

@@ -64,24 +64,37 @@ pub struct Proc {
 }
 
 impl Proc {
-    /// Runs `bin args…` through `sh` with the descriptor limit at the hard
-    /// cap, waiting until `expect` listening lines were printed.
-    pub async fn spawn(args: &[String], expect: usize, log: PathBuf, rust_log: &str) -> Proc {
+    /// Runs `program args…` through `sh` with the descriptor limit at the
+    /// hard cap, waiting until `expect` listening lines were printed.
+    pub async fn spawn(
+        program: &std::path::Path,
+        args: &[String],
+        expect: usize,
+        log: PathBuf,
+        rust_log: &str,
+    ) -> Proc {
         let script = "ulimit -n $(ulimit -Hn) 2>/dev/null; exec \"$@\"";
         let stderr = std::fs::File::create(&log).expect("log file");
-        let mut child = Command::new("sh")
+        let mut command = Command::new("sh");
+        command
             .arg("-c")
             .arg(script)
             .arg("sh")
-            .arg(binary())
+            .arg(program)
             .args(args)
-            .env("RUST_LOG", rust_log)
+            .env("RUST_LOG", rust_log);
+        // An experiment knob: the child's tokio worker count (tokio reads
+        // TOKIO_WORKER_THREADS), without touching the bench's own runtime.
+        if let Some(n) = std::env::var_os("LOAD_SHIMGATE_WORKERS") {
+            command.env("TOKIO_WORKER_THREADS", n);
+        }
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(stderr))
             .kill_on_drop(true)
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", binary().display()));
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
         let pid = child.id().expect("pid");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
@@ -144,6 +157,20 @@ impl Proc {
         (field("VmRSS:"), field("VmHWM:"))
     }
 
+    /// CPU time the child used so far (user + system), from
+    /// `/proc/PID/stat` (clock ticks of 10 ms: read it over many calls).
+    pub fn cpu(&self) -> std::time::Duration {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
+        // Fields after the `(comm)`; utime and stime are the 14th and 15th.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let f: Vec<u64> = rest
+            .split_whitespace()
+            .map(|x| x.parse().unwrap_or(0))
+            .collect();
+        let ticks = f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0);
+        std::time::Duration::from_millis(ticks * 10)
+    }
+
     /// Open descriptors of the child.
     pub fn fds(&self) -> usize {
         std::fs::read_dir(format!("/proc/{}/fd", self.pid))
@@ -174,7 +201,14 @@ pub async fn serve(name: &str, toml: &str, rust_log: &str) -> Proc {
         "--config".to_string(),
         file.display().to_string(),
     ];
-    Proc::spawn(&args, 2, dir.join(format!("{name}.log")), rust_log).await
+    Proc::spawn(
+        &binary(),
+        &args,
+        2,
+        dir.join(format!("{name}.log")),
+        rust_log,
+    )
+    .await
 }
 
 /// Starts `shimgate compressor` in front of `upstream`.
@@ -189,7 +223,16 @@ pub async fn compressor(upstream: &str, threshold_chars: usize) -> Proc {
         "--threshold-chars".to_string(),
         threshold_chars.to_string(),
     ];
-    Proc::spawn(&args, 1, dir.join("compressor.log"), "error").await
+    Proc::spawn(&binary(), &args, 1, dir.join("compressor.log"), "error").await
+}
+
+/// Starts the bench's own bare forwarder in a process of its own (this
+/// executable again, `--forwarder URL`), so it pays the same process and
+/// scheduling costs as shimgate.
+pub async fn bare_forwarder(upstream: &str) -> Proc {
+    let exe = std::env::current_exe().expect("own executable");
+    let args = vec!["--forwarder".to_string(), upstream.to_string()];
+    Proc::spawn(&exe, &args, 1, scratch().join("forwarder.log"), "error").await
 }
 
 /// `GET /status` of a shimgate listener.

@@ -1,11 +1,14 @@
 //! Added latency, in one run and interleaved: agent → upstream directly,
-//! agent → bare hyper forwarder → upstream, and agent → shimgate (direct
-//! mode: no compressor) → upstream, at concurrency 1 and 64. Cases: a small
-//! pass-through call (time to the whole answer), and a streamed answer on
-//! each wire (time to the first content piece, the delay of every piece
-//! from the upstream's write to the agent's read, and the gap between
+//! agent → bare hyper forwarder (the bench's own, in a process of its own)
+//! → upstream, agent → `shimgate
+//! compressor` forwarding untouched (a plain hyper proxy in its own process)
+//! → upstream, and agent → shimgate (direct mode: no compressor) → upstream,
+//! at concurrency 1 and 64, with each process's CPU time per call. Cases: a
+//! small pass-through call (time to the whole answer), and a streamed
+//! answer on each wire (time to the first content piece, the delay of every
+//! piece from the upstream's write to the agent's read, and the gap between
 //! pieces). The upstream stamps each piece with its send time on the
-//! bench's own clock, so per-frame delays need no subtraction.
+//! bench's own clock, so per-piece delays need no subtraction.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -17,7 +20,6 @@ use serde_json::json;
 
 use super::agent::{collect, timed, Conn};
 use super::findings::Findings;
-use super::forwarder;
 use super::gate::{self, Proc};
 use super::stats::{us, Summary};
 use super::upstream::{now_ns, Reply, Upstream};
@@ -42,10 +44,13 @@ const TARGET_RATIO_TO_BARE: f64 = 1.5;
 enum Mode {
     Direct,
     Bare,
+    /// `shimgate compressor` on paths it forwards untouched: a hyper proxy
+    /// in its own process, built from the same client and listener code.
+    Proxy,
     Shimgate,
 }
 
-const MODES: [Mode; 3] = [Mode::Direct, Mode::Bare, Mode::Shimgate];
+const MODES: [Mode; 4] = [Mode::Direct, Mode::Bare, Mode::Proxy, Mode::Shimgate];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Case {
@@ -95,6 +100,8 @@ struct Row {
     delay: HashMap<Mode, Summary>,
     gap: HashMap<Mode, Summary>,
     errors: usize,
+    /// CPU time (user + system) per call of the two processes under test.
+    cpu_per_call: HashMap<Mode, Duration>,
 }
 
 impl Row {
@@ -118,15 +125,18 @@ fn sus(ns: i64) -> String {
 
 impl LatencyReport {
     pub fn print(&self) {
-        println!("latency (µs; p50/p99; added = mode − direct; ratio = shimgate added p99 / bare added p99):");
-        println!("| case | c | n | direct | bare forwarder | shimgate | bare added | shimgate added | ratio | errors |");
-        println!("|---|---|---|---|---|---|---|---|---|---|");
+        println!("latency (µs, p50 / p99; added = mode − direct; ratio = shimgate added p99 / bare forwarder added p99;");
+        println!("  plain proxy = `shimgate compressor` forwarding untouched, a separate hyper process like shimgate):");
+        println!("| case | c | n | direct | bare forwarder | plain proxy | shimgate | bare added | plain proxy added | shimgate added | ratio | CPU/call bare | CPU/call plain proxy | CPU/call shimgate | errors |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for r in &self.rows {
             let cell = |m: Mode| format!("{} / {}", us(r.first[&m].p50), us(r.first[&m].p99));
-            let (b50, b99) = r.added(&r.first, Mode::Bare);
-            let (s50, s99) = r.added(&r.first, Mode::Shimgate);
+            let add = |m: Mode| {
+                let (a50, a99) = r.added(&r.first, m);
+                format!("{} / {}", sus(a50), sus(a99))
+            };
             println!(
-                "| {} {} | {} | {} | {} | {} | {} | {} / {} | {} / {} | {:.2} | {} |",
+                "| {} {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} µs | {} µs | {} µs | {} |",
                 r.case.name(),
                 if r.case == Case::Call {
                     "(whole answer)"
@@ -137,30 +147,38 @@ impl LatencyReport {
                 r.first[&Mode::Shimgate].n,
                 cell(Mode::Direct),
                 cell(Mode::Bare),
+                cell(Mode::Proxy),
                 cell(Mode::Shimgate),
-                sus(b50),
-                sus(b99),
-                sus(s50),
-                sus(s99),
+                add(Mode::Bare),
+                add(Mode::Proxy),
+                add(Mode::Shimgate),
                 r.ratio(),
+                r.cpu_per_call[&Mode::Bare].as_micros(),
+                r.cpu_per_call[&Mode::Proxy].as_micros(),
+                r.cpu_per_call[&Mode::Shimgate].as_micros(),
                 r.errors
             );
         }
-        println!("per-frame (streams; µs p50/p99): delay = upstream write → agent read, gap = between pieces ({} µs pacing)", PACE.as_micros());
-        println!("| case | c | direct delay | bare delay | shimgate delay | direct gap | bare gap | shimgate gap |");
-        println!("|---|---|---|---|---|---|---|---|");
+        println!(
+            "per piece (streams; µs p50 / p99): delay = upstream write → agent read; gap = between pieces ({} µs pacing)",
+            PACE.as_micros()
+        );
+        println!("| case | c | delay direct | delay bare | delay plain proxy | delay shimgate | gap direct | gap bare | gap plain proxy | gap shimgate |");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
         for r in self.rows.iter().filter(|r| r.case != Case::Call) {
             let d = |m: Mode| format!("{} / {}", us(r.delay[&m].p50), us(r.delay[&m].p99));
             let g = |m: Mode| format!("{} / {}", us(r.gap[&m].p50), us(r.gap[&m].p99));
             println!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 r.case.name(),
                 r.level,
                 d(Mode::Direct),
                 d(Mode::Bare),
+                d(Mode::Proxy),
                 d(Mode::Shimgate),
                 g(Mode::Direct),
                 g(Mode::Bare),
+                g(Mode::Proxy),
                 g(Mode::Shimgate)
             );
         }
@@ -196,7 +214,8 @@ impl LatencyReport {
 /// (streams: a tenth as many answers, sixteen pieces each).
 pub async fn run(samples: usize) -> LatencyReport {
     let up = Upstream::start(None, script).await;
-    let bare = forwarder::start(up.url()).await;
+    let bare_proc = gate::bare_forwarder(&up.url()).await;
+    let bare = bare_proc.addr("");
     let toml = format!(
         "[shims.qoder]\nlisten = \"127.0.0.1:{}\"\ncodec = \"plain\"\n[[shims.qoder.routes]]\nname = \"lat\"\nurl = \"{}\"\n\
          [shims.trae]\nlisten = \"127.0.0.1:{}\"\n[[shims.trae.routes]]\nname = \"lat\"\nurl = \"{}\"\n",
@@ -206,21 +225,25 @@ pub async fn run(samples: usize) -> LatencyReport {
         up.url()
     );
     let gate = gate::serve("latency", &toml, "error").await;
+    let proxy = gate::compressor(&up.url(), 1_000_000).await;
     let targets = Targets {
         up: up.addr,
         bare,
+        proxy: proxy.addr(""),
         qoder: gate.addr("qoder"),
         trae: gate.addr("trae"),
     };
     let mut rows = Vec::new();
     for level in LEVELS {
         for case in CASES {
-            rows.push(measure(&targets, case, level, samples).await);
+            rows.push(measure(&targets, (&gate, &proxy, &bare_proc), case, level, samples).await);
         }
     }
     let rss_kib = gate.memory_kib().0;
     let findings = check_targets(&rows);
     stop(gate).await;
+    stop(proxy).await;
+    stop(bare_proc).await;
     LatencyReport {
         rows,
         findings,
@@ -299,6 +322,7 @@ fn script(req: &super::upstream::Request) -> Reply {
 struct Targets {
     up: SocketAddr,
     bare: SocketAddr,
+    proxy: SocketAddr,
     qoder: SocketAddr,
     trae: SocketAddr,
 }
@@ -308,13 +332,20 @@ impl Targets {
         match (mode, case) {
             (Mode::Direct, _) => self.up,
             (Mode::Bare, _) => self.bare,
+            (Mode::Proxy, _) => self.proxy,
             (Mode::Shimgate, Case::Stream(Wire::Trae)) => self.trae,
             (Mode::Shimgate, _) => self.qoder,
         }
     }
 }
 
-async fn measure(t: &Targets, case: Case, level: usize, samples: usize) -> Row {
+async fn measure(
+    t: &Targets,
+    (gate, proxy, bare): (&Proc, &Proc, &Proc),
+    case: Case,
+    level: usize,
+    samples: usize,
+) -> Row {
     let per_mode = match case {
         Case::Call => samples,
         Case::Stream(_) => (samples / 10).max(20),
@@ -323,6 +354,8 @@ async fn measure(t: &Targets, case: Case, level: usize, samples: usize) -> Row {
     let per_worker = (per_mode / level).max(8);
     let mut all: HashMap<Mode, Samples> = HashMap::new();
     let warm = (per_worker / 10).max(2);
+    let mut cpu: HashMap<Mode, Duration> = HashMap::new();
+    let mut calls = 0usize;
     for round in 0..=ROUNDS {
         for mode in MODES {
             let addr = t.addr(mode, case);
@@ -332,6 +365,13 @@ async fn measure(t: &Targets, case: Case, level: usize, samples: usize) -> Row {
                 per_worker.div_ceil(ROUNDS)
             };
             let mut workers = Vec::new();
+            let process = match mode {
+                Mode::Shimgate => Some(gate),
+                Mode::Proxy => Some(proxy),
+                Mode::Bare => Some(bare),
+                Mode::Direct => None,
+            };
+            let cpu_before = process.map(Proc::cpu).unwrap_or_default();
             for _ in 0..level {
                 workers.push(tokio::spawn(worker(addr, case, n)));
             }
@@ -343,6 +383,12 @@ async fn measure(t: &Targets, case: Case, level: usize, samples: usize) -> Row {
                     e.delay.extend(s.delay);
                     e.gap.extend(s.gap);
                     e.errors += s.errors;
+                }
+            }
+            if let (true, Some(p)) = (round > 0, process) {
+                *cpu.entry(mode).or_default() += p.cpu().saturating_sub(cpu_before);
+                if mode == Mode::Shimgate {
+                    calls += n * level;
                 }
             }
         }
@@ -360,6 +406,15 @@ async fn measure(t: &Targets, case: Case, level: usize, samples: usize) -> Row {
         delay: sum(|s| &s.delay),
         gap: sum(|s| &s.gap),
         errors: all.values().map(|s| s.errors).sum(),
+        cpu_per_call: [Mode::Bare, Mode::Proxy, Mode::Shimgate]
+            .iter()
+            .map(|m| {
+                (
+                    *m,
+                    cpu.get(m).copied().unwrap_or_default() / calls.max(1) as u32,
+                )
+            })
+            .collect(),
     }
 }
 

@@ -765,9 +765,20 @@ fn judge_routes(f: &mut Findings, hits: &HashMap<u64, Vec<Hit>>, st: &Value) {
                 got.insert(k.clone(), v.as_u64().unwrap_or(0));
             }
             if got != codes {
+                // The grouped calls say which kind of call it was, when the
+                // ring still holds it.
+                let odd: Vec<String> = st["chain"]["calls"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|c| c["outcome"] == "aborted")
+                    .map(|c| format!("{} call {} {}", c["kind"], c["call"], c["routes"]))
+                    .collect();
                 f.add(
                     "rules",
-                    format!("route {name}: failures logged {got:?}, the upstream played {codes:?}"),
+                    format!(
+                        "route {name}: failures logged {got:?}, the upstream played {codes:?}; aborted calls still in /status: {odd:?}"
+                    ),
                 );
             }
         }
