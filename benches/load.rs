@@ -9,7 +9,8 @@
 //! (about 1 minute), `-- --ci` (the soak only, small, about 30 s). Options:
 //! `--streams N` `--seconds S` (soak per leg) `--turns N` `--path
 //! compressor|bare|direct|both` `--phases soak,latency,streams`
-//! `--big-streams N` `--streams-direct` `--samples N` `--seed N`.
+//! `--big-streams N` `--streams-direct` `--samples N` `--seed N`
+//! `--question-chars N`.
 //! `SHIMGATE_BIN` overrides the binary.
 //! Figures and method: `benches/README.md`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

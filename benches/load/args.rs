@@ -28,6 +28,8 @@ pub struct Args {
     /// Latency samples per mode and case at concurrency 1.
     pub samples: usize,
     pub seed: u64,
+    /// Characters of each soak question.
+    pub question_chars: usize,
     /// The short CI variant.
     pub ci: bool,
 }
@@ -49,6 +51,7 @@ impl Args {
             streams_direct: false,
             samples: 3000,
             seed: 0x5eed_10ad,
+            question_chars: 336,
             ci: false,
         };
         let argv: Vec<String> = argv.collect();
@@ -84,6 +87,7 @@ impl Args {
                 "--streams-direct" => a.streams_direct = true,
                 "--samples" => a.samples = number(&value(&mut i)),
                 "--seed" => a.seed = number(&value(&mut i)),
+                "--question-chars" => a.question_chars = number(&value(&mut i)),
                 "--path" => {
                     let v = value(&mut i);
                     a.paths = match v.as_str() {
@@ -120,7 +124,7 @@ fn usage(why: &str) -> ! {
     eprintln!(
         "load: {why}\nusage: cargo bench --bench load -- [--quick|--ci] [--streams N] [--seconds S] \
          [--turns N] [--path compressor|bare|direct|both] [--phases soak,latency,streams] \
-         [--big-streams N] [--streams-direct] [--samples N] [--seed N]"
+         [--big-streams N] [--streams-direct] [--samples N] [--seed N] [--question-chars N]"
     );
     std::process::exit(2)
 }

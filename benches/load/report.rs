@@ -33,6 +33,7 @@ pub async fn run(args: Args) -> bool {
                 seconds: args.seconds,
                 turns: args.turns,
                 seed: args.seed.wrapping_add(i as u64),
+                question_chars: args.question_chars,
             })
             .await;
             print_leg(&leg);
@@ -95,8 +96,8 @@ fn print_leg(leg: &LegReport) {
     for shim in ["qoderShim", "traeShim"] {
         let st = &leg.status[shim];
         println!(
-            "  /status {shim}: intercepted {} forwarded {} fallback {} compacted {} folded {} sideRequests {}",
-            st["intercepted"], st["forwarded"], st["fallback"], st["compacted"], st["folded"], st["sideRequests"]
+            "  /status {shim}: intercepted {} forwarded {} fallback {} compacted {} folded {} sideRequests {} rids live {}",
+            st["intercepted"], st["forwarded"], st["fallback"], st["compacted"], st["folded"], st["sideRequests"], st["rids"]["live"]
         );
     }
 }

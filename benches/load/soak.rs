@@ -69,6 +69,9 @@ pub struct Settings {
     /// Turns per conversation at most.
     pub turns: usize,
     pub seed: u64,
+    /// Characters of each user question (the history grows by about this
+    /// much a turn).
+    pub question_chars: usize,
 }
 
 /// One upstream try as the upstream saw it.
@@ -198,8 +201,9 @@ pub async fn run(settings: Settings) -> LegReport {
         let ledger = ledger.clone();
         let seed = settings.seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let turns = settings.turns;
+        let chars = settings.question_chars;
         tasks.push(tokio::spawn(conversation(
-            ledger, wire, addr, deadline, turns, seed,
+            ledger, wire, addr, deadline, turns, seed, chars,
         )));
     }
     let mut peak = 0;
@@ -265,6 +269,7 @@ async fn conversation(
     deadline: Instant,
     turns: usize,
     seed: u64,
+    question_chars: usize,
 ) -> Vec<CallResult> {
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut conn = Conn::new(addr);
@@ -293,7 +298,8 @@ async fn conversation(
         } else {
             let question = format!(
                 "turn {turn} of call {call}: {}",
-                "please look at this function and tell me what it does. ".repeat(6)
+                "please look at this function and tell me what it does. "
+                    .repeat(question_chars.div_ceil(56))
             );
             history.push(match wire {
                 Wire::Qoder => json!({"role": "user", "content": question}),
