@@ -1,7 +1,7 @@
 //! Bugs the load tool (`cargo bench --bench load`) found, each reduced to
 //! one small failing test on real loopback servers: shimgate in-process,
 //! the reference compressor in-process, scripted raw-TCP upstreams. Each is
-//! `#[ignore]`d with the bug named until the runtime is fixed.
+//! named after the bug it pins down; all are fixed and run on every test run.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "support/mod.rs"]
@@ -88,7 +88,6 @@ async fn send_ask(gate: &Gate) -> client::Resp {
 // so the agent gets 502 COMPRESSOR_FAILED, and dropping the proxy request
 // aborts the return leg's retry that would have succeeded.
 #[tokio::test]
-#[ignore = "bug: the ingress times out on the compressor while the return leg is still retrying (src/host/ingress.rs)"]
 async fn a_first_byte_stall_behind_the_compressor_is_retried_not_failed() {
     let up = Upstream::sequence(vec![
         Reply::default().hold(),
@@ -111,7 +110,6 @@ async fn a_first_byte_stall_behind_the_compressor_is_retried_not_failed() {
 }
 
 #[tokio::test]
-#[ignore = "bug: the ingress times out on the compressor while the return leg honours a Retry-After (src/host/ingress.rs)"]
 async fn a_retry_after_honoured_behind_the_compressor_does_not_fail_the_call() {
     let up = Upstream::sequence(vec![
         Reply::json_with(
@@ -139,7 +137,6 @@ async fn a_retry_after_honoured_behind_the_compressor_does_not_fail_the_call() {
 // 2,000 in the load run). The proxy here holds every request until all
 // have arrived, which makes that deterministic.
 #[tokio::test]
-#[ignore = "bug: more than 256 calls waiting on the compressor evict each other's rids and fall back (src/rid.rs)"]
 async fn three_hundred_calls_waiting_on_the_compressor_all_reach_the_return_leg() {
     const CALLS: usize = 300;
     let up = Upstream::always(answer("compressed path", 10)).await;
