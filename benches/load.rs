@@ -5,7 +5,7 @@
 //! streams for memory and back-pressure. Prints `VERDICT ok …` or
 //! `VERDICT FAIL …` and exits non-zero on any failure.
 //!
-//! Run: `cargo bench --bench load` (full, about 4 minutes), `-- --quick`
+//! Run: `cargo bench --bench load` (full, about 3 minutes), `-- --quick`
 //! (about 1 minute), `-- --ci` (the soak only, small, about 30 s). Options:
 //! `--streams N` `--seconds S` (soak per leg) `--turns N` `--path
 //! compressor|bare|direct|both` `--phases soak,latency,streams`
@@ -29,6 +29,8 @@ mod findings;
 mod forwarder;
 #[path = "load/gate.rs"]
 mod gate;
+#[path = "load/judge.rs"]
+mod judge;
 #[path = "load/latency.rs"]
 mod latency;
 #[path = "load/report.rs"]

@@ -117,6 +117,16 @@ impl Row {
         let (_, b) = self.added(&self.first, Mode::Bare);
         s as f64 / (b.max(1)) as f64
     }
+
+    /// The ratio as text; none when the bare forwarder's added p99 is not
+    /// above zero (its p99 fell below direct's: noise, not a yardstick).
+    fn ratio_text(&self) -> String {
+        if self.added(&self.first, Mode::Bare).1 > 0 {
+            format!("{:.2}", self.ratio())
+        } else {
+            "—".to_string()
+        }
+    }
 }
 
 fn sus(ns: i64) -> String {
@@ -136,7 +146,7 @@ impl LatencyReport {
                 format!("{} / {}", sus(a50), sus(a99))
             };
             println!(
-                "| {} {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} µs | {} µs | {} µs | {} |",
+                "| {} {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} µs | {} µs | {} µs | {} |",
                 r.case.name(),
                 if r.case == Case::Call {
                     "(whole answer)"
@@ -152,7 +162,7 @@ impl LatencyReport {
                 add(Mode::Bare),
                 add(Mode::Proxy),
                 add(Mode::Shimgate),
-                r.ratio(),
+                r.ratio_text(),
                 r.cpu_per_call[&Mode::Bare].as_micros(),
                 r.cpu_per_call[&Mode::Proxy].as_micros(),
                 r.cpu_per_call[&Mode::Shimgate].as_micros(),
