@@ -79,14 +79,14 @@ async fn send_ask(gate: &Gate) -> client::Resp {
     .await
 }
 
-// Bug 1. The ingress waits for the compressor's answer head at most
-// `first_byte_timeout` (src/host/ingress.rs, the `tokio::time::timeout`
-// around `live.client.request(r)`), but that head only comes once the
-// return leg's chain has committed, i.e. after all of its retries. When the
-// first try stalls past the first-byte timeout (or a Retry-After is
-// honoured, below) the ingress gives up first: the rid is already claimed,
-// so the agent gets 502 COMPRESSOR_FAILED, and dropping the proxy request
-// aborts the return leg's retry that would have succeeded.
+// Bug 1 (fixed in 84c184c). The ingress waited for the compressor's answer
+// head at most `first_byte_timeout` (src/host/ingress.rs, the
+// `tokio::time::timeout` around `live.client.request(r)`), but that head
+// only comes once the return leg's chain has committed, i.e. after all of
+// its retries. When the first try stalled past the first-byte timeout (or a
+// Retry-After was honoured, below) the ingress gave up first: the rid was
+// already claimed, so the agent got 502 COMPRESSOR_FAILED, and dropping the
+// proxy request aborted the return leg's retry that would have succeeded.
 #[tokio::test]
 async fn a_first_byte_stall_behind_the_compressor_is_retried_not_failed() {
     let up = Upstream::sequence(vec![
@@ -128,14 +128,15 @@ async fn a_retry_after_honoured_behind_the_compressor_does_not_fail_the_call() {
     assert_eq!(up.hits(), 2);
 }
 
-// Bug 2. The rid registry keeps 256 entries and evicts the oldest one on
-// insert whatever its state (src/rid.rs, `RidRegistry::insert`). When more
-// than 256 intercepted calls wait for the compressor at once (2,000 slow
-// streams opened over 3 s did), the rids of the earliest ones are gone
-// before the compressor forwards them: the return leg answers 410, the
-// ingress falls back and those calls go upstream uncompressed (816-950 of
-// 2,000 in the load run). The proxy here holds every request until all
-// have arrived, which makes that deterministic.
+// Bug 2 (fixed in 84c184c). The rid registry kept 256 entries and evicted
+// the oldest one on insert whatever its state (src/rid.rs,
+// `RidRegistry::insert`). When more than 256 intercepted calls waited for
+// the compressor at once (2,000 slow streams opened over 3 s did), the rids
+// of the earliest ones were gone before the compressor forwarded them: the
+// return leg answered 410, the ingress fell back and those calls went
+// upstream uncompressed (816-950 of 2,000 in the load run). The proxy here
+// holds every request until all have arrived, which makes that
+// deterministic.
 #[tokio::test]
 async fn three_hundred_calls_waiting_on_the_compressor_all_reach_the_return_leg() {
     const CALLS: usize = 300;
