@@ -1,15 +1,21 @@
 //! The rid registry: what the ingress remembers about an intercepted request
 //! so the return leg can restore it after the compression proxy.
 //!
-//! Entries live 120 s and at most 256 are kept (oldest evicted). They are not
-//! removed on first use: agents resend after `409 duplicate_request` and a
-//! proxy may POST the same return-leg URL several times in one turn. Every
-//! listener shares one registry, so one proxy instance serves both shims.
+//! Entries live 120 s and at most 256 are kept (oldest evicted), within a
+//! byte budget. They are not removed on first use: agents resend after
+//! `409 duplicate_request` and a proxy may POST the same return-leg URL
+//! several times in one turn. Every listener shares one registry, so one
+//! proxy instance serves both shims.
+//!
+//! An entry keeps the native body as received; the parsed original is only
+//! borrowed (a weak reference to the ingress's copy), so finished requests
+//! do not keep parsed trees alive. A return leg that comes after its
+//! ingress finished parses the body again.
 
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -21,6 +27,9 @@ use crate::exchange::MessageSummary;
 pub const RID_TTL: Duration = Duration::from_secs(120);
 /// How many entries are kept.
 pub const RID_CAPACITY: usize = 256;
+/// How many bytes of native bodies idle entries may hold together (256 MiB):
+/// 256 Max-mode requests of several MB each would otherwise pin gigabytes.
+pub const RID_MAX_BYTES: usize = 256 * 1024 * 1024;
 
 const OPEN: u8 = 0;
 const CLAIMED: u8 = 1;
@@ -31,8 +40,9 @@ pub struct RidEntry {
     pub rid: String,
     pub shim: &'static str,
     pub created: Instant,
-    /// The shim's parsed original (`Shim::Original`), type-erased.
-    pub original: Arc<dyn Any + Send + Sync>,
+    /// The ingress's parsed original (`Shim::Original`, type-erased), while
+    /// the ingress still holds it.
+    pub original: Weak<dyn Any + Send + Sync>,
     /// The native body exactly as the agent sent it.
     pub native: Bytes,
     /// The agent's request headers (sent upstream with the restored body).
@@ -52,7 +62,7 @@ impl RidEntry {
     pub fn new(
         rid: String,
         shim: &'static str,
-        original: Arc<dyn Any + Send + Sync>,
+        original: &Arc<dyn Any + Send + Sync>,
         native: Bytes,
         headers: HeaderMap,
         path_and_query: String,
@@ -62,7 +72,7 @@ impl RidEntry {
             rid,
             shim,
             created: Instant::now(),
-            original,
+            original: Arc::downgrade(original),
             native,
             headers,
             path_and_query,
@@ -105,6 +115,8 @@ impl RidEntry {
 struct Inner {
     map: HashMap<String, Arc<RidEntry>>,
     order: VecDeque<String>,
+    /// Sum of `native.len()` over the entries.
+    bytes: usize,
 }
 
 /// The shared registry.
@@ -132,16 +144,19 @@ impl RidRegistry {
         let entry = Arc::new(entry);
         let mut inner = self.lock();
         Self::expire(&mut inner);
-        while inner.map.len() >= RID_CAPACITY {
+        while inner.map.len() >= RID_CAPACITY || inner.bytes + entry.native.len() > RID_MAX_BYTES {
             let idle = inner
                 .order
                 .iter()
                 .position(|rid| inner.map.get(rid).is_none_or(|e| !in_use(e)));
             let Some(at) = idle else { break };
             if let Some(old) = inner.order.remove(at) {
-                inner.map.remove(&old);
+                if let Some(e) = inner.map.remove(&old) {
+                    inner.bytes -= e.native.len();
+                }
             }
         }
+        inner.bytes += entry.native.len();
         inner.order.push_back(entry.rid.clone());
         inner.map.insert(entry.rid.clone(), entry.clone());
         entry
@@ -161,11 +176,13 @@ impl RidRegistry {
     }
 
     fn expire(inner: &mut Inner) {
-        let Inner { map, order } = inner;
+        let Inner { map, order, bytes } = inner;
         order.retain(|rid| {
             let keep = map.get(rid).is_some_and(is_live);
             if !keep {
-                map.remove(rid);
+                if let Some(e) = map.remove(rid) {
+                    *bytes -= e.native.len();
+                }
             }
             keep
         });
@@ -187,11 +204,16 @@ mod tests {
     use super::*;
 
     fn entry(rid: &str) -> RidEntry {
+        sized(rid, 0)
+    }
+
+    fn sized(rid: &str, bytes: usize) -> RidEntry {
+        let original: Arc<dyn Any + Send + Sync> = Arc::new(());
         RidEntry::new(
             rid.into(),
             "trae",
-            Arc::new(()),
-            Bytes::new(),
+            &original,
+            Bytes::from(vec![b' '; bytes]),
             HeaderMap::new(),
             "/".into(),
             Vec::new(),
@@ -207,6 +229,20 @@ mod tests {
         assert!(r.get("0").is_none());
         assert!(r.get("1").is_some());
         assert_eq!(r.live("trae"), RID_CAPACITY);
+    }
+
+    #[test]
+    fn idle_entries_beyond_the_byte_budget_are_evicted() {
+        let r = RidRegistry::default();
+        let big = RID_MAX_BYTES / 4 + 1;
+        for i in 0..4 {
+            r.insert(sized(&i.to_string(), big));
+        }
+        assert!(
+            r.get("0").is_none(),
+            "the oldest went to stay within the budget"
+        );
+        assert!(r.get("3").is_some());
     }
 
     #[test]

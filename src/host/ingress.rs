@@ -144,10 +144,11 @@ async fn via_proxy<S: Shim>(
     let config = &live.config;
     let rid = RidRegistry::new_rid();
     tracing::Span::current().record("rid", rid.as_str());
+    let original: Arc<dyn Any + Send + Sync> = taken.original.clone();
     let entry = app.rids.insert(RidEntry::new(
         rid.clone(),
         name,
-        taken.original.clone() as Arc<dyn Any + Send + Sync>,
+        &original,
         taken.native.clone(),
         taken.headers.clone(),
         taken.path_and_query.clone(),

@@ -64,8 +64,14 @@ pub(super) async fn handle<S: Shim>(
         let Some(entry) = app.rids.get(&rid).filter(|e| e.shim == name) else {
             return gone(&rid, "is unknown or expired");
         };
-        let Ok(original) = entry.original.clone().downcast::<S::Original>() else {
-            return gone(&rid, "belongs to another shim");
+        // The ingress's parsed copy while it is alive, else parse again.
+        let kept = entry.original.upgrade().and_then(|o| o.downcast::<S::Original>().ok());
+        let original = match kept {
+            Some(o) => o,
+            None => match host.shim.fold(&entry.native) {
+                Ok(f) => Arc::new(f.original),
+                Err(_) => return gone(&rid, "no longer parses"),
+            },
         };
         if !entry.claim() {
             return gone(&rid, "was already answered directly because the proxy failed first");
