@@ -275,7 +275,7 @@ async fn direct<S: Shim>(
         host.upstream
             .outbound(config, taken.native, &taken.path_and_query, &taken.headers);
     let h = host.clone();
-    let (openai, original) = (taken.openai, taken.original);
+    let (openai, original) = (Arc::new(super::answer_shape(&taken.openai)), taken.original);
     let factory: TranslatorFactory = Arc::new(move || {
         Box::new(Compose::new(
             h.shim.return_leg(&openai),

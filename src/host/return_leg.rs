@@ -116,7 +116,9 @@ pub(super) async fn handle<S: Shim>(
         let housekeeping = is_housekeeping(&bytes) || is_housekeeping(&entry.native);
         let outbound = host.upstream.outbound(&config, native, &entry.path_and_query, &entry.headers);
         let streamed = openai.get("stream").and_then(Value::as_bool).unwrap_or(false);
-        let request = Arc::new(openai);
+        // Translators read only these; the messages are not kept for the
+        // length of the stream.
+        let request = Arc::new(super::answer_shape(&openai));
         let h = host.clone();
         let factory: TranslatorFactory = Arc::new(move || Box::new(h.shim.return_leg(&request)));
         let mut spec = CallSpec::new(&config, name, "return", outbound, received);
