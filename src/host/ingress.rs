@@ -19,7 +19,7 @@ use serde_json::Value;
 use shimgate_shim_api::Shim;
 use tracing::{info_span, warn, Instrument};
 
-use super::translators::{Compose, Counting};
+use super::translators::{Counting, Native};
 use super::{Host, RID_BEARER_PREFIX, RID_HEADER, RID_QUERY};
 use crate::app::{App, Live};
 use crate::body::{self, Body, BoxError, ChannelBody};
@@ -276,12 +276,18 @@ async fn direct<S: Shim>(
             .outbound(config, taken.native, &taken.path_and_query, &taken.headers);
     let h = host.clone();
     let (openai, original) = (Arc::new(super::answer_shape(&taken.openai)), taken.original);
-    let factory: TranslatorFactory = Arc::new(move || {
-        Box::new(Compose::new(
-            h.shim.return_leg(&openai),
-            h.shim.ingress(&original),
-        ))
-    });
+    // One translation, not two: the agent gets the return leg's output if
+    // that is its wire, else the upstream's own events.
+    let factory: TranslatorFactory = if host.shim.agent_reads_return_leg() {
+        Arc::new(move || Box::new(h.shim.return_leg(&openai)))
+    } else {
+        Arc::new(move || {
+            Box::new(Native::new(
+                h.shim.return_leg(&openai),
+                h.shim.ingress(&original),
+            ))
+        })
+    };
     let mut spec = CallSpec::new(config, name, "fallback", outbound, taken.received);
     spec.translator = Some(factory);
     spec.housekeeping = housekeeping;

@@ -1,57 +1,64 @@
 //! Translator adapters the host needs around a shim's own translators:
-//! composition (fallback sends the native answer through both legs so the
-//! agent gets exactly what the proxy path would give it) and counting (the
-//! `returnLeg` figures in `/status`).
+//! native pass-through (a direct answer reaches the agent in its own wire,
+//! classified by the return leg) and counting (the `returnLeg` figures in
+//! `/status`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use shimgate_shim_api::sse::{SseEvent, SseParser};
+use shimgate_shim_api::sse::SseEvent;
 use shimgate_shim_api::{Failure, FrameClass, StreamTranslator};
 
-/// The return-leg translator followed by the ingress translator. The
-/// classification (what the chain acts on) is the return leg's.
-pub struct Compose<R, I> {
+/// The upstream's own events, classified by the return-leg translator (its
+/// output is only scratch), with failures written by the ingress
+/// translator: what an agent that reads the native wire gets when the
+/// ingress answers directly, without translating every frame twice.
+pub struct Native<R, I> {
     ret: R,
     ing: I,
-    mid: BytesMut,
-    parser: SseParser,
+    scratch: BytesMut,
+    /// The last event ID the agent has seen from us.
+    last_id: Option<bytes::Bytes>,
 }
 
-impl<R: StreamTranslator, I: StreamTranslator> Compose<R, I> {
-    /// Chains `ret` into `ing`.
+impl<R: StreamTranslator, I: StreamTranslator> Native<R, I> {
+    /// Classifies with `ret`, reports failures with `ing`.
     pub fn new(ret: R, ing: I) -> Self {
-        Compose {
+        Native {
             ret,
             ing,
-            mid: BytesMut::new(),
-            parser: SseParser::new(),
-        }
-    }
-
-    fn pump(&mut self, out: &mut BytesMut) {
-        if self.mid.is_empty() {
-            return;
-        }
-        self.parser.push(self.mid.split().freeze());
-        // The return leg writes well-formed frames, so the parser cannot fail.
-        while let Ok(Some(ev)) = self.parser.next_event() {
-            self.ing.event(&ev, out);
+            scratch: BytesMut::new(),
+            last_id: None,
         }
     }
 }
 
-impl<R: StreamTranslator, I: StreamTranslator> StreamTranslator for Compose<R, I> {
+impl<R: StreamTranslator, I: StreamTranslator> StreamTranslator for Native<R, I> {
     fn event(&mut self, event: &SseEvent, out: &mut BytesMut) -> FrameClass {
-        let class = self.ret.event(event, &mut self.mid);
-        self.pump(out);
+        let class = self.ret.event(event, &mut self.scratch);
+        self.scratch.clear();
+        // A parsed event carries the last event ID in force; write an `id:`
+        // line only where it changed (an empty one where it was reset), so
+        // the agent's parser ends up with the same IDs as the upstream's.
+        let id = if event.id == self.last_id {
+            None
+        } else {
+            self.last_id.clone_from(&event.id);
+            Some(event.id.clone().unwrap_or_default())
+        };
+        let written = SseEvent {
+            id,
+            ..event.clone()
+        };
+        shimgate_shim_api::sse::write_sse_event(out, &written);
         class
     }
 
     fn eof(&mut self, out: &mut BytesMut) -> FrameClass {
-        let class = self.ret.eof(&mut self.mid);
-        self.pump(out);
+        let _ = out;
+        let class = self.ret.eof(&mut self.scratch);
+        self.scratch.clear();
         class
     }
 

@@ -185,6 +185,17 @@ async fn the_fixture_corpus_survives_the_full_path_through_each_proxy_kind() {
         .collect();
     fixtures.sort();
     assert!(fixtures.len() >= 10);
+    // Direct mode first: the agent gets the upstream's own events.
+    for path in &fixtures {
+        let solo = std::fs::read_to_string(path).unwrap();
+        let up = Upstream::always(Reply::sse().split(solo.as_bytes(), 7).end()).await;
+        let gate = Gate::start(&routes(&[&up], "max_retries = 1\n")).await;
+        let resp = send(&gate, &body(&[text("user", "hi")])).await;
+        let name = path.file_name().unwrap().to_string_lossy();
+        if resp.status == StatusCode::OK && !name.contains("cut") && !name.contains("empty") {
+            assert_solo(&resp.body, &solo, Proxy::Direct);
+        }
+    }
     for (mode, proxy_kind) in [(Mode::Pass, Proxy::PassThrough), (Mode::Bili, Proxy::Bili)] {
         for path in &fixtures {
             let solo = std::fs::read_to_string(path).unwrap();

@@ -73,4 +73,16 @@ pub trait Shim: Send + Sync + 'static {
 
     /// A fresh ingress translator for one answer relayed by the proxy.
     fn ingress(&self, original: &Self::Original) -> Self::Ingress;
+
+    /// Whether the agent reads exactly what the return leg writes (bare
+    /// OpenAI frames). When the ingress sends a request upstream itself (no
+    /// proxy, or the proxy failed), the runtime then streams the return
+    /// leg's output to the agent as is; otherwise it streams the upstream's
+    /// own events, classified by the return leg. Either way no answer is
+    /// translated twice.
+    ///
+    /// Default: `false` (the agent reads the upstream's native events).
+    fn agent_reads_return_leg(&self) -> bool {
+        false
+    }
 }

@@ -70,6 +70,11 @@ impl Shim for QoderShim {
     fn ingress(&self, _original: &OriginalAsk) -> QoderIngress {
         QoderIngress::new()
     }
+
+    /// The qoder agent reads bare OpenAI frames, the return leg's output.
+    fn agent_reads_return_leg(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
