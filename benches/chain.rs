@@ -144,7 +144,11 @@ fn bench(c: &mut Criterion) {
         });
     }
     group.finish();
-    report(&rig, &body);
+    // Under `cargo test --all-targets` (no `--bench`) criterion only checks
+    // that each bench runs once; the percentile table is for `cargo bench`.
+    if std::env::args().any(|a| a == "--bench") {
+        report(&rig, &body);
+    }
 }
 
 /// The same two calls interleaved, one sample each per round.
