@@ -29,33 +29,9 @@ fn routes(ups: &[&Upstream]) -> String {
     t
 }
 
-/// Starts shimgate (routes to `ups`), then a proxy in front of its qoder
-/// listener, then points shimgate at the proxy.
+/// shimgate routed to `ups`, behind a test proxy on the qoder listener.
 async fn with_proxy(ups: &[&Upstream], options: Options, extra: &str) -> (Gate, TestProxy) {
-    // The proxy needs the shim's port and the shim needs the proxy's: bind
-    // the shim first with a placeholder compressor, then reload the config.
-    let dir = tempdir();
-    let file = dir.join("shimgate.toml");
-    let base = format!("{}{extra}", routes(ups));
-    std::fs::write(
-        &file,
-        format!("[compressor]\nurl = \"http://127.0.0.1:9\"\n{base}"),
-    )
-    .unwrap();
-    let mut cfg = shimgate::config::Config::load(&file).unwrap();
-    cfg.qoder.listen = "127.0.0.1:0".parse().unwrap();
-    cfg.trae.listen = "127.0.0.1:0".parse().unwrap();
-    let gate = Gate::start_config(cfg).await;
-    let proxy = TestProxy::start(gate.qoder.clone(), options).await;
-    let mut cfg = shimgate::config::Config::from_toml(&format!(
-        "[compressor]\nurl = \"{}\"\n{base}",
-        proxy.url()
-    ))
-    .unwrap();
-    cfg.qoder.listen = "127.0.0.1:0".parse().unwrap();
-    cfg.trae.listen = "127.0.0.1:0".parse().unwrap();
-    gate.running.as_ref().unwrap().app.replace_config(cfg);
-    (gate, proxy)
+    Gate::behind_proxy(&format!("{}{extra}", routes(ups)), "qoder", options).await
 }
 
 fn tempdir() -> std::path::PathBuf {

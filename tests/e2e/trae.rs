@@ -43,19 +43,9 @@ async fn checked_upstream(
     .await
 }
 
+/// shimgate routed to `ups`, behind a test proxy on the trae listener.
 async fn with_proxy(ups: &[&Upstream], options: Options, extra: &str) -> (Gate, TestProxy) {
-    let base = routes(ups, extra);
-    let gate = Gate::start(&base).await;
-    let proxy = TestProxy::start(gate.trae.clone(), options).await;
-    let mut cfg = shimgate::config::Config::from_toml(&format!(
-        "[compressor]\nurl = \"{}\"\n{base}",
-        proxy.url()
-    ))
-    .unwrap();
-    cfg.qoder.listen = "127.0.0.1:0".parse().unwrap();
-    cfg.trae.listen = "127.0.0.1:0".parse().unwrap();
-    gate.running.as_ref().unwrap().app.replace_config(cfg);
-    (gate, proxy)
+    Gate::behind_proxy(&routes(ups, extra), "trae", options).await
 }
 
 async fn send(gate: &Gate, b: &Value) -> client::Resp {
@@ -350,17 +340,8 @@ async fn a_trae_port_in_use_shows_start_error_while_qoder_serves() {
 #[tokio::test]
 async fn both_return_legs_are_served_on_either_listener() {
     let up = Upstream::always(reply(&answer("crossed", None, 10))).await;
-    let base = routes(&[&up], "");
-    let gate = Gate::start(&base).await;
     // One proxy pointed at the *qoder* listener serves the trae shim too.
-    let proxy = TestProxy::start(gate.qoder.clone(), Options::default()).await;
-    let mut cfg = shimgate::config::Config::from_toml(&format!(
-        "[compressor]\nurl = \"{}\"\n{base}",
-        proxy.url()
-    ))
-    .unwrap();
-    cfg.qoder.listen = "127.0.0.1:0".parse().unwrap();
-    gate.running.as_ref().unwrap().app.replace_config(cfg);
+    let (gate, _proxy) = Gate::behind_proxy(&routes(&[&up], ""), "qoder", Options::default()).await;
     let resp = send(&gate, &body(&[text("user", "hi")])).await;
     assert_solo(&resp.body, &answer("crossed", None, 10), Proxy::PassThrough);
     assert_eq!(gate.status().await["traeShim"]["forwarded"], 1);

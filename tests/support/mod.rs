@@ -50,6 +50,36 @@ impl Gate {
         }
     }
 
+    /// Points the running gate at a compressor, keeping the rest of `base`
+    /// (the proxy needs the shim's port and the shim the proxy's, so the
+    /// shim starts first and is then reconfigured).
+    pub fn use_compressor(&self, compressor: &str, base: &str) {
+        let mut cfg =
+            Config::from_toml(&format!("[compressor]\nurl = \"{compressor}\"\n{base}")).unwrap();
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        cfg.qoder.listen = any;
+        cfg.trae.listen = any;
+        self.running.as_ref().unwrap().app.replace_config(cfg);
+    }
+
+    /// Starts shimgate on `base`, a test proxy in front of the `shim`
+    /// listener, and points shimgate at the proxy.
+    pub async fn behind_proxy(
+        base: &str,
+        shim: &str,
+        options: proxy::Options,
+    ) -> (Gate, proxy::TestProxy) {
+        let gate = Gate::start(base).await;
+        let listener = if shim == "qoder" {
+            gate.qoder.clone()
+        } else {
+            gate.trae.clone()
+        };
+        let test_proxy = proxy::TestProxy::start(listener, options).await;
+        gate.use_compressor(&test_proxy.url(), base);
+        (gate, test_proxy)
+    }
+
     /// `/status` as JSON (read from the qoder listener, else trae).
     pub async fn status(&self) -> serde_json::Value {
         let base = if self.qoder.is_empty() {
