@@ -97,6 +97,21 @@ impl Committed {
         })
     }
 
+    /// Puts the frames held back so far (the first content among them) in
+    /// the client's body before its head goes out, so hyper writes both at
+    /// once instead of waiting for the streaming task's first turn. Left
+    /// held (and sent by [`stream`]) when the channel has no room.
+    pub fn release_held(&mut self, tx: &BodyTx) {
+        if let Mode::Sse { held, .. } = &mut self.mode {
+            if held.is_empty() {
+                return;
+            }
+            if let Ok(permit) = tx.try_reserve() {
+                permit.send(Ok(held.split().freeze()));
+            }
+        }
+    }
+
     /// The response head for the client.
     pub fn head(&self, route: &str) -> (StatusCode, HeaderMap) {
         let mut h = self.headers.clone();

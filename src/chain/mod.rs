@@ -9,9 +9,10 @@
 //! error frame; quota failures cool the route; a route at its concurrency cap
 //! is skipped; housekeeping calls get one try on the first route.
 //!
-//! The work runs in its own task so that the client going away (the response
-//! future or body being dropped) is seen at once and cancels backoff and the
-//! upstream call.
+//! The work runs in the caller's task until the head is known (see
+//! [`Inline`]), then a committed stream goes on in its own task; either way
+//! the client going away (the response future or body being dropped) is
+//! seen at once and cancels backoff and the upstream call.
 
 mod attempt;
 mod outbound;
@@ -23,6 +24,8 @@ pub use response::{ChainError, ChainResponse};
 pub mod policy;
 pub mod state;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
@@ -105,11 +108,61 @@ pub struct ChainCtx {
 /// a committed answer keeps streaming from a task.
 pub async fn call(ctx: &ChainCtx, spec: CallSpec) -> ChainResponse {
     let (head_tx, head_rx) = oneshot::channel();
-    // The task keeps the caller's span (shim, rid), so its log lines do too.
-    tokio::spawn(drive(ctx.clone(), spec, head_tx).instrument(tracing::Span::current()));
-    head_rx
-        .await
-        .unwrap_or(ChainResponse::Failed(ChainError::Aborted))
+    // The drive keeps the caller's span (shim, rid), so its log lines do too.
+    let drive = drive(ctx.clone(), spec, head_tx).instrument(tracing::Span::current());
+    let mut call = Inline {
+        drive: Some(Box::pin(drive)),
+        head_rx: Some(head_rx),
+    };
+    call.head().await
+}
+
+type Drive = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A call until its head is known. The chain runs in the caller's task up
+/// to then: handing it to another task and back would cost two cross-thread
+/// wake-ups on every call. A committed stream then moves to a task of its
+/// own. Dropped early (the client went away), it hands the drive to a task
+/// with the head receiver gone, so the drive sees that at once, records
+/// ABORTED and cancels backoff and the upstream call.
+struct Inline {
+    drive: Option<Drive>,
+    head_rx: Option<oneshot::Receiver<ChainResponse>>,
+}
+
+impl Inline {
+    async fn head(&mut self) -> ChainResponse {
+        let (Some(drive), Some(head_rx)) = (self.drive.as_mut(), self.head_rx.as_mut()) else {
+            return ChainResponse::Failed(ChainError::Aborted);
+        };
+        let head = tokio::select! {
+            biased;
+            head = &mut *head_rx => head.ok(),
+            () = drive => {
+                // Finished: no stream follows; the head (if any) is waiting.
+                self.drive = None;
+                head_rx.try_recv().ok()
+            }
+        };
+        self.head_rx = None;
+        // A drive still running sent the head and streams on, from here in
+        // its own task.
+        if let Some(drive) = self.drive.take() {
+            tokio::spawn(drive);
+        }
+        head.unwrap_or(ChainResponse::Failed(ChainError::Aborted))
+    }
+}
+
+impl Drop for Inline {
+    fn drop(&mut self) {
+        // Only when the caller went away before the head: close the head
+        // channel first so the drive's next poll sees it.
+        drop(self.head_rx.take());
+        if let (Some(drive), Ok(rt)) = (self.drive.take(), tokio::runtime::Handle::try_current()) {
+            rt.spawn(drive);
+        }
+    }
 }
 
 /// The sending half of a streaming response body.
@@ -270,7 +323,7 @@ async fn drive(ctx: ChainCtx, spec: CallSpec, mut head_tx: oneshot::Sender<Chain
                     log.finish(Outcome::Aborted, Some(FailureCode::Aborted));
                     return;
                 }
-                attempt::PreCommit::Committed(committed) => {
+                attempt::PreCommit::Committed(mut committed) => {
                     if index == 0 && tries == 1 {
                         let overhead = spec
                             .received
@@ -282,6 +335,7 @@ async fn drive(ctx: ChainCtx, spec: CallSpec, mut head_tx: oneshot::Sender<Chain
                     let _streaming = ctx.state.stream_started();
                     let (status, headers) = committed.head(&route.name);
                     let (body_tx, body) = ChannelBody::channel();
+                    committed.release_held(&body_tx);
                     if head_tx
                         .send(ChainResponse::Stream {
                             status,

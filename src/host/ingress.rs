@@ -260,9 +260,6 @@ fn relay<S: Shim>(
 
 /// Sends the original request upstream through the chain, the answer going
 /// through both translators so the agent gets what the proxy path would give.
-#[allow(clippy::too_many_arguments)]
-/// Sends the original request upstream through the chain, the answer going
-/// through both translators so the agent gets what the proxy path would give.
 async fn direct<S: Shim>(
     host: &Arc<Host<S>>,
     app: &Arc<App>,

@@ -7,7 +7,7 @@ use http::{Method, StatusCode};
 use serde_json::json;
 
 use crate::support::client::{self, next_chunk};
-use crate::support::upstream::{Reply, Upstream};
+use crate::support::upstream::{Reply, Step, Upstream};
 use crate::support::{eventually, Gate};
 
 const PATH: &str = "/api/ide/v1/get_detail_param";
@@ -145,6 +145,36 @@ async fn client_leaving_during_backoff_stops_the_retries() {
     assert_eq!(up.hits(), 1, "no retry after the client left");
     let st = gate.status().await;
     assert_eq!(st["chain"]["calls"][0]["outcome"], "aborted");
+}
+
+// The chain runs in the caller's task until the head is known; a client
+// leaving then drops it, and the drop must still cancel the upstream call
+// and log the call as aborted.
+#[tokio::test]
+async fn client_leaving_before_the_head_cancels_the_upstream_call() {
+    let up = Upstream::always(Reply {
+        steps: vec![Step::Hold],
+    })
+    .await;
+    let gate = Gate::start(&config(&[("r1", &up)], "")).await;
+    let url = format!("{}{PATH}", gate.trae);
+    let leave = tokio::time::timeout(Duration::from_millis(300), client::get(&url)).await;
+    assert!(leave.is_err(), "the upstream should still be silent");
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            up.peer_gone.load(std::sync::atomic::Ordering::SeqCst) == 1
+        })
+        .await,
+        "upstream connection still open"
+    );
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            gate.status().await["chain"]["calls"][0]["outcome"] == "aborted"
+        })
+        .await,
+        "the call is not logged as aborted"
+    );
+    assert_eq!(up.hits(), 1);
 }
 
 #[tokio::test]
