@@ -7,23 +7,33 @@
 //!
 //! Run: `cargo bench --bench chain` (about 30 s).
 //!
-//! Measured 2026-11-29 on a shared 2-core VM (`nproc` = 2, `lscpu`: "AMD
-//! EPYC"), bench profile, load average 0.7–2.1 (other engineers' builds on
-//! the same cores). Three runs; the median run, with the range of the
-//! added figures:
+//! Measured 2026-11-29 on a 2-core VM (`nproc` = 2, `lscpu`: "AMD EPYC"),
+//! bench profile.
+//!
+//! Since the chain runs in the caller's task until the head is known (one
+//! hand-off to a spawned task and back less per call), quiet machine (load
+//! average 0.5), three runs:
 //!
 //! | µs | p50 | p99 |
 //! |---|---|---|
-//! | direct | 43.5 | 68.2 |
-//! | through shimgate | 195.1 | 238.8 |
-//! | added | 151.6 (150.8–175.8) | 170.5 (159.4–198.6) |
+//! | direct | 42.1–44.7 | 64.3–87.2 |
+//! | through shimgate | 165.8–171.7 | 213.0–241.1 |
+//! | added | 124.7 (123.4–127.7) | 150.5 (144.9–153.9) |
 //!
-//! Criterion means: direct 37.0 µs, through shimgate 185.8 µs (180.5–221.0).
-//! Target: added p99 ≤ 150 µs, missed by about 20 µs. `perf` puts the time
-//! in the kernel's scheduler (wake-ups and context switches between the
-//! connection task, the chain's task and the client's connection task), not
-//! in user-space code. The load tool (`benches/load.rs`) measures the same
-//! with shimgate as a separate process against a bare forwarder.
+//! The same change A/B, old and new builds alternated later the same
+//! evening (the machine slower by then): added p50 154.2 / 173.7 µs before
+//! against 144.9 / 148.9 µs after, p99 205.9 / 196.3 µs against 176.2 /
+//! 171.1 µs. Target: added p99 ≤ 150 µs, reached only in the quiet runs.
+//!
+//! Before the change: in the same quiet window, one run, added p50 167.2 µs,
+//! p99 192.3 µs; earlier that day (load average 0.7–2.1, three runs) p50
+//! 151.6 µs (150.8–175.8), p99 170.5 µs (159.4–198.6).
+//!
+//! `perf` puts what is left in the kernel's scheduler (wake-ups and context
+//! switches between the client's connection task, the task that streams a
+//! committed answer and the upstream connection's task), not in user-space
+//! code. The load tool (`benches/load.rs`) measures the same with shimgate
+//! as a separate process against a bare forwarder.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[allow(dead_code)]
