@@ -36,7 +36,7 @@ pub fn string<B: BufMut>(out: &mut B, s: &str) {
 /// through whole.
 pub fn string_body<B: BufMut>(out: &mut B, bytes: &[u8]) {
     let mut rest = bytes;
-    while let Some(at) = rest.iter().position(|&b| ESCAPE[usize::from(b)] != 0) {
+    while let Some(at) = first_escape(rest) {
         let (plain, tail) = rest.split_at(at);
         out.put_slice(plain);
         let Some((&b, after)) = tail.split_first() else {
@@ -56,6 +56,38 @@ pub fn string_body<B: BufMut>(out: &mut B, bytes: &[u8]) {
         rest = after;
     }
     out.put_slice(rest);
+}
+
+/// Bytes tested at a time for [`first_escape`].
+const BLOCK: usize = 32;
+
+/// Whether any byte of a block needs escaping: a control byte (< 0x20), `"`
+/// or `\\`. No early exit, so the compiler turns it into a few vector
+/// compares.
+fn block_needs_escape(block: &[u8; BLOCK]) -> bool {
+    block.iter().fold(false, |hit, &b| {
+        hit | (b < 0x20) | (b == b'"') | (b == b'\\')
+    })
+}
+
+/// The index of the first byte that needs escaping. Text is mostly plain,
+/// so blocks are tested whole and only a block with a hit is searched byte
+/// by byte.
+fn first_escape(bytes: &[u8]) -> Option<usize> {
+    let mut start = 0;
+    for block in bytes.chunks_exact(BLOCK) {
+        let Ok(block) = <&[u8; BLOCK]>::try_from(block) else {
+            break;
+        };
+        if block_needs_escape(block) {
+            break;
+        }
+        start += BLOCK;
+    }
+    let tail = bytes.get(start..)?;
+    tail.iter()
+        .position(|&b| ESCAPE[usize::from(b)] != 0)
+        .map(|at| start + at)
 }
 
 /// Appends an unsigned integer in decimal.
@@ -93,12 +125,8 @@ pub fn raw_one_line<B: BufMut>(out: &mut B, json: &[u8]) {
 /// Appends a `serde_json::Value` (small, rare values: usage, error data).
 pub fn value<B: BufMut>(out: &mut B, v: &serde_json::Value) {
     // Serialising a Value into memory cannot fail: its keys are strings and
-    // the writer never errors.
-    if let Ok(text) = serde_json::to_vec(v) {
-        out.put_slice(&text);
-    } else {
-        out.put_slice(b"null");
-    }
+    // the writer never errors. Written in place, no buffer of its own.
+    let _ = serde_json::to_writer(out.writer(), v);
 }
 
 #[cfg(test)]
@@ -120,6 +148,46 @@ mod tests {
         assert_eq!(back, all);
         assert_eq!(escaped("a\"b\\c\nd"), r#""a\"b\\c\nd""#);
         assert_eq!(escaped("\u{1}"), r#""\u0001""#);
+    }
+
+    #[test]
+    fn every_escaped_byte_is_found_at_every_offset_of_a_word() {
+        for special in (0u8..0x20).chain([b'"', b'\\']) {
+            for len in 1..=70 {
+                for at in 0..len {
+                    let mut bytes = vec![b'a'; len];
+                    bytes[at] = special;
+                    assert_eq!(
+                        first_escape(&bytes),
+                        Some(at),
+                        "byte {special:#x} at {at} of {len}"
+                    );
+                }
+            }
+        }
+        let plain: Vec<u8> = (0x20u8..=0xff)
+            .filter(|b| *b != b'"' && *b != b'\\')
+            .collect();
+        for len in 0..plain.len() {
+            assert_eq!(first_escape(&plain[..len]), None);
+        }
+    }
+
+    #[test]
+    fn escaping_matches_serde_json_byte_for_byte() {
+        let samples = [
+            "plain ascii text that runs well past one word",
+            "中文内容 with \"quotes\" and \\ backslashes",
+            "tabs\tand\nnew lines\r\u{1}\u{1f} and \u{7f} and emoji 😀",
+            "",
+            "\"",
+        ];
+        for s in samples {
+            for cut in 0..s.len() {
+                let Some(s) = s.get(cut..) else { continue };
+                assert_eq!(escaped(s), serde_json::to_string(s).unwrap(), "{s:?}");
+            }
+        }
     }
 
     #[test]
