@@ -14,7 +14,7 @@ fn main() -> ExitCode {
         Command::Serve { config } => serve::serve(config.as_deref()),
         Command::CheckConfig { file } => serve::check_config(&file),
         Command::Frames { include_incomplete } => shimgate::frames::run_stdio(include_incomplete),
-        Command::Demo { turns, keep } => shimgate::demo::run(turns, keep),
+        Command::Demo { turns, keep } => shimgate::demo::run(turns, keep, cli.log_format),
         Command::Compressor {
             listen,
             upstream,

@@ -167,3 +167,21 @@ fn keep_serves_status_until_stopped() {
     assert_eq!(get(&url).0, 200);
     drop(kept);
 }
+
+#[test]
+fn log_format_json_applies_to_the_demo_logs() {
+    let out = demo()
+        .args(["--turns", "2", "--log-format", "json"])
+        .env("RUST_LOG", "shimgate=info")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "exit {:?}", out.status);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!lines.is_empty(), "RUST_LOG=shimgate=info logged nothing");
+    for line in lines {
+        let v: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        assert!(v.get("level").is_some(), "{line}");
+    }
+}

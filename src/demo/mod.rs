@@ -25,6 +25,7 @@ mod stack;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::cli::LogFormat;
 use agent::{QoderAgent, TraeAgent};
 use report::ShimView;
 use stack::Stack;
@@ -42,7 +43,7 @@ const STOP_GRACE: Duration = Duration::from_secs(1);
 
 /// Runs the demo: `turns` turns per shim; `keep` serves on afterwards until
 /// Ctrl-C. Exit 0 when every turn got its scripted answer.
-pub fn run(turns: u32, keep: bool) -> ExitCode {
+pub fn run(turns: u32, keep: bool, log_format: LogFormat) -> ExitCode {
     // One thread is plenty for loopback traffic, and it lets a scoped
     // subscriber keep shimgate's info logs out of the demo's output.
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -55,17 +56,29 @@ pub fn run(turns: u32, keep: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    tracing::subscriber::with_default(quiet_logs(), || runtime.block_on(demo(turns, keep)))
+    tracing::subscriber::with_default(quiet_logs(log_format), || {
+        runtime.block_on(demo(turns, keep))
+    })
 }
 
-/// Warnings only on stderr, unless `RUST_LOG` asks for more.
-fn quiet_logs() -> impl tracing::Subscriber + Send + Sync {
+/// Warnings only on stderr, unless `RUST_LOG` asks for more, in the format
+/// `--log-format` asks for.
+fn quiet_logs(format: LogFormat) -> Box<dyn tracing::Subscriber + Send + Sync> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .finish()
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Pretty => Box::new(builder.finish()),
+        LogFormat::Json => Box::new(
+            builder
+                .json()
+                .flatten_event(true)
+                .with_current_span(true)
+                .finish(),
+        ),
+    }
 }
 
 fn print_intro(s: &Stack, turns: u32) {
