@@ -68,6 +68,9 @@ pub enum Command {
         /// Compress once a request's message content passes this many characters.
         #[arg(long, default_value_t = crate::compressor::DEFAULT_THRESHOLD_CHARS)]
         threshold_chars: usize,
+        /// Once compressing, keep this many of the latest turns verbatim.
+        #[arg(long, default_value_t = crate::compressor::DEFAULT_KEEP_TURNS)]
+        keep_turns: usize,
     },
     /// Translate a captured stream offline: what the shim would forward.
     Translate {

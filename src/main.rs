@@ -19,7 +19,15 @@ fn main() -> ExitCode {
             listen,
             upstream,
             threshold_chars,
-        } => shimgate::compressor::run(listen, &upstream, threshold_chars),
+            keep_turns,
+        } => shimgate::compressor::run(
+            listen,
+            &upstream,
+            shimgate::compressor::Policy {
+                threshold_chars,
+                keep_turns,
+            },
+        ),
         Command::Translate { shim, leg, check } => shimgate::translate::run(shim, leg, check),
     }
 }

@@ -115,6 +115,10 @@ struct Bin {
 
 impl Bin {
     fn start(upstream: &str) -> Bin {
+        Bin::start_with(upstream, &[])
+    }
+
+    fn start_with(upstream: &str, extra: &[&str]) -> Bin {
         let mut child = Command::new(env!("CARGO_BIN_EXE_shimgate"))
             .args([
                 "compressor",
@@ -124,6 +128,7 @@ impl Bin {
                 upstream,
             ])
             .args(["--threshold-chars", &THRESHOLD.to_string()])
+            .args(extra)
             .stdout(Stdio::piped())
             .env("RUST_LOG", "warn")
             .stderr(Stdio::inherit())
@@ -315,6 +320,28 @@ async fn past_the_threshold_older_turns_fold_into_one_summary() {
         "the last two turns are kept verbatim"
     );
     assert!(content_chars(&got) < content_chars(&sent) / 2);
+}
+
+#[tokio::test]
+async fn keep_turns_sets_how_many_latest_turns_stay_verbatim() {
+    let up = Upstream::start(|_| ok_json()).await;
+    let bin = Bin::start_with(&up.url, &["--keep-turns", "5"]);
+    let sent = chat(20);
+    let (status, _, _) = send(
+        &format!("{}/trae/r3/chat/completions", bin.url),
+        serde_json::to_vec(&sent).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let got = up.seen()[0].json();
+    let messages = got["messages"].as_array().unwrap();
+    let original = sent["messages"].as_array().unwrap();
+    let summary = messages[2]["content"].as_str().unwrap();
+    assert!(
+        summary.starts_with("[summary of 30 earlier messages:"),
+        "{summary}"
+    );
+    assert_eq!(messages[3..], original[original.len() - 10..]);
 }
 
 #[tokio::test]

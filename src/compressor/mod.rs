@@ -220,7 +220,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<proxy::Shared>, stop: Ca
 
 /// `shimgate compressor`: runs until SIGINT or SIGTERM. Prints
 /// `listening ADDR` on stdout once bound, so scripts using port 0 learn it.
-pub fn run(listen: SocketAddr, upstream: &str, threshold_chars: usize) -> ExitCode {
+pub fn run(listen: SocketAddr, upstream: &str, policy: Policy) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -230,10 +230,6 @@ pub fn run(listen: SocketAddr, upstream: &str, threshold_chars: usize) -> ExitCo
             eprintln!("shimgate compressor: cannot start the runtime: {e}");
             return ExitCode::FAILURE;
         }
-    };
-    let policy = Policy {
-        threshold_chars,
-        keep_turns: DEFAULT_KEEP_TURNS,
     };
     runtime.block_on(async move {
         let compressor = match start(listen, upstream, policy).await {
@@ -253,8 +249,8 @@ pub fn run(listen: SocketAddr, upstream: &str, threshold_chars: usize) -> ExitCo
         info!(
             addr = %compressor.addr(),
             upstream,
-            threshold_chars,
-            keep_turns = DEFAULT_KEEP_TURNS,
+            threshold_chars = policy.threshold_chars,
+            keep_turns = policy.keep_turns,
             "compressor ready"
         );
         wait_for_stop().await;
