@@ -288,10 +288,11 @@ async fn below_the_threshold_only_the_preamble_is_added() {
     assert_eq!(got["max_tokens"], 4096, "other fields are kept");
 }
 
-#[tokio::test]
-async fn past_the_threshold_older_turns_fold_into_one_summary() {
+/// A 20-turn chat (past the threshold) through a compressor started with
+/// `extra` flags: what the agent sent and what reached the upstream.
+async fn compress_twenty_turns(extra: &[&str]) -> (Value, Value) {
     let up = Upstream::start(|_| ok_json()).await;
-    let bin = Bin::start(&up.url);
+    let bin = Bin::start_with(&up.url, extra);
     let sent = chat(20);
     assert!(content_chars(&sent) > THRESHOLD);
     let (status, _, _) = send(
@@ -301,6 +302,12 @@ async fn past_the_threshold_older_turns_fold_into_one_summary() {
     .await;
     assert_eq!(status, StatusCode::OK);
     let got = up.seen()[0].json();
+    (sent, got)
+}
+
+#[tokio::test]
+async fn past_the_threshold_older_turns_fold_into_one_summary() {
+    let (sent, got) = compress_twenty_turns(&[]).await;
     let messages = got["messages"].as_array().unwrap();
     let original = sent["messages"].as_array().unwrap();
     assert!(messages[0]["content"]
@@ -324,16 +331,7 @@ async fn past_the_threshold_older_turns_fold_into_one_summary() {
 
 #[tokio::test]
 async fn keep_turns_sets_how_many_latest_turns_stay_verbatim() {
-    let up = Upstream::start(|_| ok_json()).await;
-    let bin = Bin::start_with(&up.url, &["--keep-turns", "5"]);
-    let sent = chat(20);
-    let (status, _, _) = send(
-        &format!("{}/trae/r3/chat/completions", bin.url),
-        serde_json::to_vec(&sent).unwrap(),
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK);
-    let got = up.seen()[0].json();
+    let (sent, got) = compress_twenty_turns(&["--keep-turns", "5"]).await;
     let messages = got["messages"].as_array().unwrap();
     let original = sent["messages"].as_array().unwrap();
     let summary = messages[2]["content"].as_str().unwrap();
