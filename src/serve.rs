@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use tracing::{error, info, warn};
+use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::cli::LogFormat;
 use crate::config::{Config, ConfigError, DEFAULT_CONFIG_FILE};
@@ -16,20 +17,31 @@ pub const EXIT_CONFIG: u8 = 2;
 /// Sets up logging on stderr: `RUST_LOG` if set, else info for shimgate and
 /// warnings for its libraries.
 pub fn init_tracing(format: LogFormat) {
+    let _ = log_subscriber(format, "shimgate=info,warn").try_init();
+}
+
+/// The stderr log subscriber in `format`: `RUST_LOG` if set, else
+/// `default_filter`. Colours only on a terminal.
+pub fn log_subscriber(
+    format: LogFormat,
+    default_filter: &str,
+) -> Box<dyn tracing::Subscriber + Send + Sync> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("shimgate=info,warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    let _ = match format {
-        LogFormat::Pretty => builder.try_init(),
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .try_init(),
-    };
+    match format {
+        LogFormat::Pretty => Box::new(builder.finish()),
+        LogFormat::Json => Box::new(
+            builder
+                .json()
+                .flatten_event(true)
+                .with_current_span(true)
+                .finish(),
+        ),
+    }
 }
 
 /// Which config `serve` uses: `--config`, else `./shimgate.toml` if present,

@@ -56,29 +56,10 @@ pub fn run(turns: u32, keep: bool, log_format: LogFormat) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    tracing::subscriber::with_default(quiet_logs(log_format), || {
-        runtime.block_on(demo(turns, keep))
-    })
-}
-
-/// Warnings only on stderr, unless `RUST_LOG` asks for more, in the format
-/// `--log-format` asks for.
-fn quiet_logs(format: LogFormat) -> Box<dyn tracing::Subscriber + Send + Sync> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Pretty => Box::new(builder.finish()),
-        LogFormat::Json => Box::new(
-            builder
-                .json()
-                .flatten_event(true)
-                .with_current_span(true)
-                .finish(),
-        ),
-    }
+    // Warnings only, unless `RUST_LOG` asks for more: the demo's own output
+    // is its report.
+    let logs = crate::serve::log_subscriber(log_format, "warn");
+    tracing::subscriber::with_default(logs, || runtime.block_on(demo(turns, keep)))
 }
 
 fn print_intro(s: &Stack, turns: u32) {

@@ -55,8 +55,9 @@ impl<R: StreamTranslator, I: StreamTranslator> StreamTranslator for Native<R, I>
         class
     }
 
-    fn eof(&mut self, out: &mut BytesMut) -> FrameClass {
-        let _ = out;
+    /// The upstream's own events are already written; only the return
+    /// leg's verdict on the ending counts.
+    fn eof(&mut self, _out: &mut BytesMut) -> FrameClass {
         let class = self.ret.eof(&mut self.scratch);
         self.scratch.clear();
         class

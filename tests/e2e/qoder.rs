@@ -9,7 +9,7 @@ use http::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use crate::support::client::{self, next_chunk};
-use crate::support::proxy::{Mode, Options, TestProxy};
+use crate::support::proxy::{Options, TestProxy};
 use crate::support::qoder::{
     self, answer, ask, envelope, error_envelope, read_answer, role_chunk, text_chunk, PATH,
 };
@@ -460,15 +460,7 @@ async fn client_leaving_stops_the_upstream_stream() {
 #[tokio::test]
 async fn bili_mode_proxy_still_gives_the_agent_its_text() {
     let up = Upstream::always(answer("through bili", 1234)).await;
-    let (gate, proxy) = with_proxy(
-        &[&up],
-        Options {
-            mode: Mode::Bili,
-            ..Options::default()
-        },
-        "",
-    )
-    .await;
+    let (gate, proxy) = with_proxy(&[&up], Options::bili(), "").await;
     let resp = send_ask(&gate, &ask(&[json!({"role": "user", "content": "hi"})])).await;
     let (text, done, errors) = read_answer(&resp.body);
     assert_eq!(
@@ -574,15 +566,7 @@ async fn an_error_after_content_still_reaches_the_agent_through_a_bili_like_prox
             .reset(),
     )
     .await;
-    let (gate, proxy) = with_proxy(
-        &[&up],
-        Options {
-            mode: Mode::Bili,
-            ..Options::default()
-        },
-        "",
-    )
-    .await;
+    let (gate, proxy) = with_proxy(&[&up], Options::bili(), "").await;
     let resp = send_ask(&gate, &ask(&[json!({"role": "user", "content": "hi"})])).await;
     let (text, done, errors) = read_answer(&resp.body);
     assert_eq!(text, "half an ");

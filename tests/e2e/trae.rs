@@ -235,15 +235,7 @@ async fn billion_context_swallowing_finish_and_usage_still_gives_a_correct_done(
         )
     })
     .await;
-    let (gate, proxy) = with_proxy(
-        &[&up],
-        Options {
-            mode: Mode::Bili,
-            ..Options::default()
-        },
-        "",
-    )
-    .await;
+    let (gate, proxy) = with_proxy(&[&up], Options::bili(), "").await;
     let resp = send(&gate, &body(&[text("user", "find the docs")])).await;
     let d = digest(&resp.body);
     match &d.end {

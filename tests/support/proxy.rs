@@ -59,6 +59,17 @@ impl Default for Options {
     }
 }
 
+impl Options {
+    /// The defaults, behaving as billion-context was measured to
+    /// (`Mode::Bili`).
+    pub fn bili() -> Self {
+        Options {
+            mode: Mode::Bili,
+            ..Options::default()
+        }
+    }
+}
+
 /// A running test proxy.
 #[derive(Clone)]
 pub struct TestProxy {
