@@ -14,6 +14,7 @@ use crate::chain::ChainCtx;
 use crate::clock::{epoch_ms, iso8601};
 use crate::config::{Config, ConfigError, SHIM_NAMES};
 use crate::host::{self, ShimHost};
+use crate::identity::ProxyIdentity;
 use crate::rid::RidRegistry;
 use crate::upstream::{self, HttpClient};
 
@@ -142,6 +143,8 @@ pub struct App {
     reload: Mutex<ReloadState>,
     /// The rid registry every listener shares.
     pub rids: RidRegistry,
+    /// What the compression proxy sees as each agent's `Authorization`.
+    pub identity: ProxyIdentity,
     hosts: Vec<Arc<dyn ShimHost>>,
 }
 
@@ -149,6 +152,7 @@ impl App {
     /// State for a validated config.
     pub fn new(config: Config) -> Arc<App> {
         let client = upstream::client(config.timeouts.connect);
+        let identity = ProxyIdentity::load_or_create(&config.state_dir);
         Arc::new(App {
             live: RwLock::new(Arc::new(Live {
                 config: Arc::new(config),
@@ -163,6 +167,7 @@ impl App {
                 .collect(),
             reload: Mutex::default(),
             rids: RidRegistry::default(),
+            identity,
             hosts: host::all(),
         })
     }

@@ -80,8 +80,89 @@ pub fn redact(text: &str) -> String {
     out
 }
 
+/// Shorter values are not masked: a short value is no credential and
+/// masking it would garble ordinary words in a reason.
+const MIN_SECRET_LEN: usize = 8;
+
+/// The exact credential values a request carried, to be masked wherever
+/// text from upstream (an error body that echoes the agent's token or
+/// cookie) is shown, logged or handed to the proxy.
+#[derive(Debug, Clone, Default)]
+pub struct Secrets {
+    values: Vec<String>,
+}
+
+impl Secrets {
+    /// The credential values of `headers`: `Authorization` (whole and its
+    /// token part), every cookie value, and any header whose name says
+    /// token, key, secret, auth or password.
+    pub fn of(headers: &HeaderMap) -> Secrets {
+        let mut values = Vec::new();
+        for (name, value) in headers {
+            let n = name.as_str();
+            let Ok(v) = value.to_str() else { continue };
+            let v = v.trim();
+            if n == "cookie" {
+                for pair in v.split(';') {
+                    if let Some((_, val)) = pair.split_once('=') {
+                        values.push(val.trim().to_owned());
+                    }
+                }
+                continue;
+            }
+            let named = ["token", "key", "secret", "auth", "password"]
+                .iter()
+                .any(|w| n.contains(w));
+            if !named || n.ends_with("model-key") {
+                continue;
+            }
+            values.push(v.to_owned());
+            if let Some((_, token)) = v.split_once(' ') {
+                values.push(token.trim().to_owned());
+            }
+        }
+        values.retain(|v| v.len() >= MIN_SECRET_LEN);
+        // Longest first, so a token inside a longer value is masked whole.
+        values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        values.dedup();
+        Secrets { values }
+    }
+
+    /// `text` with every credential value replaced by `***`, then the known
+    /// token shapes masked too ([`redact`]).
+    pub fn scrub(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for v in &self.values {
+            if out.contains(v.as_str()) {
+                out = out.replace(v.as_str(), "***");
+            }
+        }
+        redact(&out)
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_request_s_own_credentials_are_scrubbed_from_upstream_text() {
+        let mut h = HeaderMap::new();
+        h.insert("x-ide-token", HeaderValue::from_static("tok-abcdef123"));
+        h.insert(
+            "cookie",
+            HeaderValue::from_static("sid=cookievalue42; lang=en"),
+        );
+        h.insert(
+            "authorization",
+            HeaderValue::from_static("Cloud-IDE-JWT jwt.value.here"),
+        );
+        h.insert("x-model-key", HeaderValue::from_static("qfmodel-long"));
+        let s = Secrets::of(&h);
+        assert_eq!(
+            s.scrub("invalid token tok-abcdef123, cookie sid=cookievalue42, jwt jwt.value.here, model qfmodel-long"),
+            "invalid token ***, cookie sid=***, jwt ***, model qfmodel-long"
+        );
+    }
+
     #[test]
     fn tokens_in_text_are_masked() {
         assert_eq!(

@@ -14,6 +14,7 @@ pub mod exchange;
 pub mod frames;
 pub mod headers;
 pub mod host;
+pub mod identity;
 pub mod metrics;
 pub mod rid;
 pub mod router;

@@ -51,6 +51,10 @@ pub struct RidEntry {
     pub path_and_query: String,
     /// What the ingress sent to the proxy, per message (for accounting).
     pub sent: Vec<MessageSummary>,
+    /// The `Authorization` the proxy saw (the agent's proxy identity): a
+    /// proxy that calls a fixed path and forwards only that header is
+    /// served the newest live rid of it.
+    pub identity: String,
     /// Return-leg requests seen for this rid.
     pub return_hits: AtomicU32,
     state: AtomicU8,
@@ -67,6 +71,7 @@ impl RidEntry {
         headers: HeaderMap,
         path_and_query: String,
         sent: Vec<MessageSummary>,
+        identity: String,
     ) -> Self {
         RidEntry {
             rid,
@@ -77,6 +82,7 @@ impl RidEntry {
             headers,
             path_and_query,
             sent,
+            identity,
             return_hits: AtomicU32::new(0),
             state: AtomicU8::new(OPEN),
         }
@@ -168,6 +174,18 @@ impl RidRegistry {
         inner.map.get(rid).filter(|e| is_live(e)).cloned()
     }
 
+    /// The newest live entry whose proxy identity is `identity`.
+    pub fn newest_for(&self, identity: &str) -> Option<Arc<RidEntry>> {
+        let inner = self.lock();
+        inner
+            .order
+            .iter()
+            .rev()
+            .filter_map(|rid| inner.map.get(rid))
+            .find(|e| e.identity == identity && is_live(e))
+            .cloned()
+    }
+
     /// Live entries of one shim.
     pub fn live(&self, shim: &str) -> usize {
         let mut inner = self.lock();
@@ -217,6 +235,7 @@ mod tests {
             HeaderMap::new(),
             "/".into(),
             Vec::new(),
+            format!("id-{}", rid.len() % 2),
         )
     }
 
@@ -271,6 +290,17 @@ mod tests {
             r.get("a").unwrap().claim(),
             "a resend with the same rid works"
         );
+    }
+
+    #[test]
+    fn the_newest_live_entry_of_an_identity_is_found() {
+        let r = RidRegistry::default();
+        for rid in ["a", "bb", "c", "dd"] {
+            r.insert(entry(rid));
+        }
+        assert_eq!(r.newest_for("id-1").unwrap().rid, "c");
+        assert_eq!(r.newest_for("id-0").unwrap().rid, "dd");
+        assert!(r.newest_for("id-9").is_none());
     }
 
     #[test]

@@ -39,7 +39,13 @@ pub async fn handle(app: Arc<App>, shim: &'static str, req: Request<Incoming>) -
             return h.return_leg(app, rid, req).await;
         }
     }
-    if let Some(rid) = host::carried_rid(path, req.uri().query(), req.headers()) {
+    let carried = host::carried_rid(path, req.uri().query(), req.headers()).or_else(|| {
+        // A proxy that forwards only `Authorization` on its own calls
+        // (context-guardian's summary): the newest live rid of that agent.
+        let identity = host::proxy_identity(path, req.headers())?;
+        app.rids.newest_for(identity).map(|e| e.rid.clone())
+    });
+    if let Some(rid) = carried {
         // A proxy that compresses one fixed path: the rid names the shim.
         let shim_of_rid = app.rids.get(&rid).map(|e| e.shim);
         return match shim_of_rid.and_then(|name| app.host(name)) {

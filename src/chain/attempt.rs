@@ -44,11 +44,19 @@ pub enum PreCommit {
         failure: Failure,
         /// The whole upstream error answer, when it was an HTTP error.
         verbatim: Option<Verbatim>,
-        /// The translated frames so far, when it was an in-band error.
-        held: Option<BytesMut>,
+        /// The translated frames so far, and the upstream's own bytes up to
+        /// the error, when it was an in-band error.
+        held: Option<InBand>,
     },
     /// The client went away.
     Aborted,
+}
+
+/// An in-band error before content: what the translator wrote and what
+/// the upstream sent, up to the error frame.
+pub struct InBand {
+    pub translated: BytesMut,
+    pub native: Bytes,
 }
 
 /// A committed answer, ready to stream.
@@ -244,6 +252,9 @@ pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCo
     let mut translator = factory();
     let mut parser = SseParser::new();
     let mut held = BytesMut::new();
+    // The upstream's own bytes until commit (refcounted, not copied): an
+    // in-band error is passed on in the agent's wire from these.
+    let mut native: Vec<Bytes> = Vec::new();
     let mut body = body;
     loop {
         let frame = match tokio::time::timeout(timeouts.idle, body.frame()).await {
@@ -276,6 +287,7 @@ pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCo
         let Ok(data) = frame.into_data() else {
             continue;
         };
+        native.push(data.clone());
         parser.push(data);
         loop {
             let event = match parser.next_event() {
@@ -297,7 +309,10 @@ pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCo
                     return PreCommit::Failed {
                         failure,
                         verbatim: None,
-                        held: Some(held),
+                        held: Some(InBand {
+                            translated: held,
+                            native: Bytes::from(native.concat()),
+                        }),
                     }
                 }
                 FrameClass::End => {

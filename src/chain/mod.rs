@@ -256,6 +256,7 @@ async fn drive(ctx: ChainCtx, spec: CallSpec, mut head_tx: oneshot::Sender<Chain
             )),
             elapsed: std::time::Duration::ZERO,
             switched_to: None,
+            retry_after: None,
         });
     }
     for (index, route) in plan.routes.iter().enumerate() {
@@ -422,6 +423,7 @@ async fn drive(ctx: ChainCtx, spec: CallSpec, mut head_tx: oneshot::Sender<Chain
                             None,
                         ));
                         info!(shim = spec.shim, route = %route.name, code = %failure.code, "failure ends the call without switching");
+                        let what = Some((failure.clone(), route.name.clone()));
                         let head = if shutting_down {
                             ChainResponse::Failed(ChainError::ShuttingDown)
                         } else if let Some(v) = verbatim {
@@ -429,13 +431,17 @@ async fn drive(ctx: ChainCtx, spec: CallSpec, mut head_tx: oneshot::Sender<Chain
                                 status: v.status,
                                 headers: v.headers,
                                 body: v.body,
+                                failure: what,
+                                native: None,
                             }
                         } else if let Some(held) = held {
                             // An in-band error the client must see as the upstream sent it.
                             ChainResponse::Verbatim {
                                 status: StatusCode::OK,
                                 headers: attempt::sse_headers(&route.name),
-                                body: held.freeze(),
+                                body: held.translated.freeze(),
+                                failure: what,
+                                native: Some(held.native),
                             }
                         } else {
                             ChainResponse::Failed(ChainError::Exhausted {
@@ -538,5 +544,6 @@ fn report(
         reason: failure.map(|f| f.to_string()),
         elapsed,
         switched_to,
+        retry_after: failure.and_then(|f| f.retry_after),
     }
 }

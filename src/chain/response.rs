@@ -23,7 +23,14 @@ pub enum ChainResponse {
     Verbatim {
         status: StatusCode,
         headers: HeaderMap,
+        /// The answer as the client of this call reads it (an HTTP error
+        /// body verbatim, or the translated frames of an in-band error).
         body: Bytes,
+        /// The failure it is, and the route that gave it.
+        failure: Option<(Failure, String)>,
+        /// The upstream's own bytes (for an in-band error; an HTTP error
+        /// body is `body` itself).
+        native: Option<Bytes>,
     },
     /// Nothing was sent: the call failed.
     Failed(ChainError),
@@ -48,6 +55,7 @@ impl ChainResponse {
                 status,
                 headers,
                 body,
+                ..
             } => {
                 let mut resp = Response::new(body::full(body));
                 *resp.status_mut() = status;
@@ -125,6 +133,12 @@ impl ChainError {
 
     /// The 502 (or 503) JSON answer, listing each route.
     pub fn into_response(self) -> Response<Body> {
+        let (status, document) = self.into_json();
+        body::json_response(status, &document)
+    }
+
+    /// The status and JSON document of [`ChainError::into_response`].
+    pub fn into_json(self) -> (StatusCode, serde_json::Value) {
         let status = match self {
             ChainError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::BAD_GATEWAY,
@@ -133,9 +147,9 @@ impl ChainError {
             ChainError::Exhausted { reports } => reports.iter().map(RouteReport::to_json).collect(),
             _ => Vec::new(),
         };
-        body::json_response(
+        (
             status,
-            &json!({"error": {
+            json!({"error": {
                 "code": self.code(),
                 "message": self.message(),
                 "type": "shimgate_error",

@@ -70,6 +70,8 @@ pub struct RouteReport {
     pub reason: Option<String>,
     pub elapsed: Duration,
     pub switched_to: Option<String>,
+    /// The wait the upstream asked for on the last failure, if it named one.
+    pub retry_after: Option<Duration>,
 }
 
 impl RouteReport {
@@ -429,6 +431,7 @@ mod tests {
             url: "http://x".into(),
             max_concurrency: cap,
             headers: vec![],
+            context_tokens: None,
         }
     }
 

@@ -185,6 +185,9 @@ pub struct Route {
     /// 0 = no cap.
     pub max_concurrency: usize,
     pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// The model's context window in tokens, when the user knows it: named
+    /// in context-overflow errors so the proxy learns the window.
+    pub context_tokens: Option<u64>,
 }
 
 /// `[shims.NAME]`.
@@ -228,8 +231,33 @@ pub struct Config {
     pub ordering: Ordering,
     pub timeouts: Timeouts,
     pub max_body_bytes: u64,
+    /// `[state] dir`: where shimgate keeps what outlives a restart (the
+    /// proxy identity key).
+    pub state_dir: PathBuf,
     pub qoder: ShimConfig,
     pub trae: ShimConfig,
+}
+
+/// `$XDG_STATE_HOME/shimgate`, else `~/.local/state/shimgate`, else
+/// `./.shimgate-state` when neither variable is set.
+pub fn default_state_dir() -> PathBuf {
+    let from = |var: &str| {
+        std::env::var_os(var)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    from("XDG_STATE_HOME")
+        .map(|d| d.join("shimgate"))
+        .or_else(|| from("HOME").map(|h| h.join(".local/state/shimgate")))
+        .unwrap_or_else(|| PathBuf::from(".shimgate-state"))
+}
+
+/// A `~/…` path with the home directory put in.
+fn expand_home(path: &str) -> PathBuf {
+    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => PathBuf::from(path),
+    }
 }
 
 impl Default for Config {
@@ -241,6 +269,7 @@ impl Default for Config {
             ordering: Ordering::default(),
             timeouts: Timeouts::default(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            state_dir: default_state_dir(),
             qoder: ShimConfig::with_listen(DEFAULT_QODER_LISTEN),
             trae: ShimConfig::with_listen(DEFAULT_TRAE_LISTEN),
         }
@@ -388,6 +417,12 @@ impl Config {
                 }
                 config.max_body_bytes = n;
             }
+        }
+        if let Some(dir) = raw.state.and_then(|s| s.dir) {
+            if dir.trim().is_empty() {
+                return Err(ConfigError::at("state.dir", "must not be empty"));
+            }
+            config.state_dir = expand_home(&dir);
         }
         if let Some(shims) = raw.shims {
             if let Some(q) = shims.qoder {
@@ -555,11 +590,18 @@ fn check_route(path: &str, raw: RawRoute) -> Result<Route, ConfigError> {
         })?;
         headers.push((hn, hv));
     }
+    if raw.context_tokens == Some(0) {
+        return Err(ConfigError::at(
+            format!("{path}.context_tokens"),
+            "must be > 0, got 0",
+        ));
+    }
     Ok(Route {
         name,
         url,
         max_concurrency: raw.max_concurrency.unwrap_or(0) as usize,
         headers,
+        context_tokens: raw.context_tokens,
     })
 }
 

@@ -17,7 +17,15 @@ pub struct RawConfig {
     pub ordering: Option<RawOrdering>,
     pub upstream: Option<RawUpstream>,
     pub limits: Option<RawLimits>,
+    pub state: Option<RawState>,
     pub shims: Option<RawShims>,
+}
+
+/// `[state]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawState {
+    pub dir: Option<String>,
 }
 
 /// `[compressor]`.
@@ -91,4 +99,5 @@ pub struct RawRoute {
     pub url: String,
     pub max_concurrency: Option<u32>,
     pub headers: Option<BTreeMap<String, String>>,
+    pub context_tokens: Option<u64>,
 }

@@ -19,8 +19,9 @@ use serde_json::Value;
 use shimgate_shim_api::Shim;
 use tracing::{info_span, warn, Instrument};
 
-use super::translators::{Counting, Native};
-use super::{Host, RID_BEARER_PREFIX, RID_HEADER, RID_QUERY};
+use super::openai_error;
+use super::translators::Counting;
+use super::{Host, RID_HEADER, RID_QUERY};
 use crate::app::{App, Live};
 use crate::body::{self, Body, BoxError, ChannelBody};
 use crate::chain::{self, CallSpec, ChainResponse, TranslatorFactory};
@@ -31,11 +32,12 @@ use crate::rid::{RidEntry, RidRegistry};
 use crate::router::{content_length, is_housekeeping, read_body};
 
 /// Agent headers passed on to the proxy: only ones that help it keep a
-/// session together. Credentials stay with shimgate (the return leg adds
-/// them back from the rid entry); in their place the proxy gets the rid, in
-/// the headers proxies forward to their upstream, including `authorization`
-/// (context-guardian forwards only that one on its summary calls).
-fn forwarded_to_proxy(agent: &HeaderMap, rid: &str) -> HeaderMap {
+/// session together (its conversation headers, unchanged). Credentials stay
+/// with shimgate (the return leg adds them back from the rid entry); in
+/// their place the proxy gets the agent's stable proxy identity as
+/// `Authorization` (its session key; [`crate::identity`]), and the rid in
+/// [`RID_HEADER`] (the path carries it too).
+fn forwarded_to_proxy(agent: &HeaderMap, rid: &str, identity: &str) -> HeaderMap {
     let mut h = HeaderMap::new();
     for (name, value) in agent {
         let n = name.as_str();
@@ -54,7 +56,7 @@ fn forwarded_to_proxy(agent: &HeaderMap, rid: &str) -> HeaderMap {
     if let Ok(v) = HeaderValue::from_str(rid) {
         h.insert(RID_HEADER, v);
     }
-    if let Ok(v) = HeaderValue::from_str(&format!("Bearer {RID_BEARER_PREFIX}{rid}")) {
+    if let Ok(v) = HeaderValue::from_str(&format!("Bearer {identity}")) {
         h.insert(header::AUTHORIZATION, v);
     }
     h
@@ -144,6 +146,9 @@ async fn via_proxy<S: Shim>(
     let config = &live.config;
     let rid = RidRegistry::new_rid();
     tracing::Span::current().record("rid", rid.as_str());
+    let identity = app
+        .identity
+        .of(name, host.shim.identity_headers(), &taken.headers);
     let original: Arc<dyn Any + Send + Sync> = taken.original.clone();
     let entry = app.rids.insert(RidEntry::new(
         rid.clone(),
@@ -153,12 +158,13 @@ async fn via_proxy<S: Shim>(
         taken.headers.clone(),
         taken.path_and_query.clone(),
         exchange::summarize(&taken.openai),
+        identity.clone(),
     ));
     let url = proxy_url(compressor, name, &rid);
     let body = Bytes::from(serde_json::to_vec(&*taken.openai).unwrap_or_default());
     let attempt = match Request::post(&url).body(Full::new(body)) {
         Ok(mut r) => {
-            *r.headers_mut() = forwarded_to_proxy(&taken.headers, &rid);
+            *r.headers_mut() = forwarded_to_proxy(&taken.headers, &rid, &identity);
             // The proxy must reach the return leg within the first-byte
             // timeout. Once it has, the answer comes from our own chain,
             // which holds the head until content and may be retrying or
@@ -178,7 +184,7 @@ async fn via_proxy<S: Shim>(
     match attempt {
         Ok(resp) if resp.status().is_success() || entry.reached() => {
             host.set_effective(entry.reached());
-            relay(host, app, config, &taken.original, resp, Some(entry))
+            relay(host, app, config, &taken.original, resp, Some(entry)).await
         }
         failed => {
             let why = match &failed {
@@ -197,7 +203,7 @@ async fn via_proxy<S: Shim>(
             // The return leg took the request meanwhile: pass the proxy's answer on.
             host.set_effective(true);
             match failed {
-                Ok(resp) => relay(host, app, config, &taken.original, resp, Some(entry)),
+                Ok(resp) => relay(host, app, config, &taken.original, resp, Some(entry)).await,
                 Err(e) => {
                     stats.error(format!("{why} after the return leg took rid {rid}"));
                     body::error_response(StatusCode::BAD_GATEWAY, "COMPRESSOR_FAILED", &e)
@@ -207,9 +213,49 @@ async fn via_proxy<S: Shim>(
     }
 }
 
+/// An error status from the proxy: the return leg's own error (it carries,
+/// in `error.native`, what the agent would have got directly) is given to
+/// the agent in its own wire; anything else passes on unchanged.
+async fn proxy_error<S: Shim>(
+    host: &Arc<Host<S>>,
+    app: &Arc<App>,
+    parts: http::response::Parts,
+    incoming: Incoming,
+) -> Response<Body> {
+    let limited = http_body_util::Limited::new(incoming, openai_error::MAX_ERROR_BODY);
+    let bytes = match limited.collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(e) => {
+            return body::error_response(
+                StatusCode::BAD_GATEWAY,
+                "COMPRESSOR_FAILED",
+                &format!("the compression proxy's error answer broke off: {e}"),
+            )
+        }
+    };
+    if let Some(answer) = openai_error::agent_answer(&bytes) {
+        let what = serde_json::from_slice::<Value>(&bytes)
+            .ok()
+            .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        app.shim_stats(host.shim.name()).error(format!(
+            "the upstream refused the request before any content ({} through the proxy): {what}",
+            parts.status
+        ));
+        return answer;
+    }
+    let mut headers = parts.headers;
+    headers::strip_hop_by_hop(&mut headers);
+    headers.remove(header::CONTENT_LENGTH);
+    let mut out = Response::new(body::full(bytes));
+    *out.status_mut() = parts.status;
+    *out.headers_mut() = headers;
+    out
+}
+
 /// Passes the proxy's answer to the agent: SSE through the shim's ingress
 /// translator, anything else unchanged.
-fn relay<S: Shim>(
+async fn relay<S: Shim>(
     host: &Arc<Host<S>>,
     app: &Arc<App>,
     config: &Config,
@@ -223,7 +269,10 @@ fn relay<S: Shim>(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|ct| ct.trim_start().starts_with("text/event-stream"));
-    if !parts.status.is_success() || !is_sse {
+    if !parts.status.is_success() {
+        return proxy_error(host, app, parts, incoming).await;
+    }
+    if !is_sse {
         let mut headers = parts.headers;
         headers::strip_hop_by_hop(&mut headers);
         let mut out = Response::new(incoming.map_err(|e| Box::new(e) as BoxError).boxed());
@@ -272,19 +321,8 @@ async fn direct<S: Shim>(
         host.upstream
             .outbound(config, taken.native, &taken.path_and_query, &taken.headers);
     let h = host.clone();
-    let (openai, original) = (Arc::new(super::answer_shape(&taken.openai)), taken.original);
-    // One translation, not two: the agent gets the return leg's output if
-    // that is its wire, else the upstream's own events.
-    let factory: TranslatorFactory = if host.shim.agent_reads_return_leg() {
-        Arc::new(move || Box::new(h.shim.return_leg(&openai)))
-    } else {
-        Arc::new(move || {
-            Box::new(Native::new(
-                h.shim.return_leg(&openai),
-                h.shim.ingress(&original),
-            ))
-        })
-    };
+    let (openai, original) = (super::answer_shape(&taken.openai), taken.original);
+    let factory: TranslatorFactory = Arc::new(move || h.agent_translator(&openai, &original));
     let mut spec = CallSpec::new(config, name, "fallback", outbound, taken.received);
     spec.translator = Some(factory);
     spec.housekeeping = housekeeping;

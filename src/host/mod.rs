@@ -8,6 +8,7 @@
 
 mod codec;
 mod ingress;
+pub mod openai_error;
 mod return_leg;
 pub mod translators;
 pub mod upstream;
@@ -39,6 +40,8 @@ pub trait ShimHost: Send + Sync {
     fn name(&self) -> &'static str;
     /// Whether the request is the inference call this shim's ingress takes.
     fn is_inference(&self, method: &str, path_and_query: &str) -> bool;
+    /// The headers that name the agent ([`Shim::identity_headers`]).
+    fn identity_headers(&self) -> &'static [&'static str];
     /// Handles the agent's inference call.
     fn ingress(self: Arc<Self>, app: Arc<App>, req: Request<Incoming>) -> ResponseFuture;
     /// Handles `POST /{shim}/{rid}/chat/completions` from the proxy.
@@ -105,6 +108,25 @@ impl<S: Shim> Host<S> {
     fn exchanges(&self) -> std::sync::MutexGuard<'_, Exchanges> {
         self.exchanges.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// What the agent reads when the ingress sends a request upstream
+    /// itself: the return leg's output if that is its wire, else the
+    /// upstream's own events classified by the return leg (one
+    /// translation, never two).
+    fn agent_translator(
+        &self,
+        shape: &Value,
+        original: &S::Original,
+    ) -> Box<dyn shimgate_shim_api::StreamTranslator> {
+        if self.shim.agent_reads_return_leg() {
+            Box::new(self.shim.return_leg(shape))
+        } else {
+            Box::new(translators::Native::new(
+                self.shim.return_leg(shape),
+                self.shim.ingress(original),
+            ))
+        }
+    }
 }
 
 impl<S: Shim> ShimHost for Host<S> {
@@ -114,6 +136,10 @@ impl<S: Shim> ShimHost for Host<S> {
 
     fn is_inference(&self, method: &str, path_and_query: &str) -> bool {
         self.shim.is_inference(method, path_and_query)
+    }
+
+    fn identity_headers(&self) -> &'static [&'static str] {
+        self.shim.identity_headers()
     }
 
     fn ingress(self: Arc<Self>, app: Arc<App>, req: Request<Incoming>) -> ResponseFuture {
@@ -182,9 +208,6 @@ pub fn answer_shape(request: &Value) -> Value {
 pub const RID_HEADER: &str = "x-shimgate-rid";
 /// The query parameter that carries the rid to such proxies.
 pub const RID_QUERY: &str = "shimgate_rid";
-/// `Authorization: Bearer shimgate-rid-<rid>`: the placeholder credential
-/// the proxy forwards instead of the agent's real one.
-pub const RID_BEARER_PREFIX: &str = "shimgate-rid-";
 
 /// Splits a return-leg path `…/{shim}/{rid}/chat/completions` (any prefix a
 /// proxy may add is ignored).
@@ -196,8 +219,9 @@ pub fn return_leg_path(path: &str) -> Option<(&str, &str)> {
 }
 
 /// The rid of a return-leg call that came on a fixed path (`…/chat/completions`
-/// with no rid segment): from [`RID_HEADER`], the [`RID_QUERY`] parameter or
-/// the placeholder bearer token, in that order.
+/// with no rid segment): from [`RID_HEADER`], else the [`RID_QUERY`]
+/// parameter, else `None` (the router then looks for the newest live rid of
+/// the proxy identity in `Authorization`, see [`proxy_identity`]).
 pub fn carried_rid(path: &str, query: Option<&str>, headers: &http::HeaderMap) -> Option<String> {
     if !path.trim_end_matches('/').ends_with("/chat/completions") {
         return None;
@@ -213,16 +237,20 @@ pub fn carried_rid(path: &str, query: Option<&str>, headers: &http::HeaderMap) -
         .into_iter()
         .flat_map(|q| q.split('&'))
         .find_map(|kv| kv.strip_prefix(RID_QUERY)?.strip_prefix('='));
-    if let Some(r) = from_query.filter(|r| plausible(r)) {
-        return Some(r.to_string());
+    from_query.filter(|r| plausible(r)).map(str::to_owned)
+}
+
+/// The proxy identity a fixed-path return-leg call carries in
+/// `Authorization` (`Bearer shimgate-<shim>-<hash>`, as the ingress sent it).
+pub fn proxy_identity<'h>(path: &str, headers: &'h http::HeaderMap) -> Option<&'h str> {
+    if !path.trim_end_matches('/').ends_with("/chat/completions") {
+        return None;
     }
     headers
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .and_then(|v| v.strip_prefix(RID_BEARER_PREFIX))
-        .filter(|r| plausible(r))
-        .map(str::to_owned)
+        .filter(|v| v.starts_with(crate::identity::IDENTITY_PREFIX))
 }
 
 #[cfg(test)]
@@ -230,26 +258,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_rid_is_carried_by_header_query_or_placeholder_bearer() {
+    fn a_rid_is_carried_by_header_or_query() {
         let mut h = http::HeaderMap::new();
         assert_eq!(
             carried_rid("/chat/completions", Some("shimgate_rid=ab12"), &h),
             Some("ab12".into())
         );
-        h.insert("authorization", "Bearer shimgate-rid-cd34".parse().unwrap());
-        assert_eq!(
-            carried_rid("/v1/chat/completions", None, &h),
-            Some("cd34".into())
-        );
         h.insert(RID_HEADER, "ef56".parse().unwrap());
         assert_eq!(
-            carried_rid("/chat/completions", None, &h),
+            carried_rid("/chat/completions", Some("shimgate_rid=ab12"), &h),
             Some("ef56".into())
         );
         assert_eq!(carried_rid("/v1/models", None, &h), None);
-        let mut bad = http::HeaderMap::new();
-        bad.insert("authorization", "Bearer sk-real-key".parse().unwrap());
-        assert_eq!(carried_rid("/chat/completions", None, &bad), None);
+    }
+
+    #[test]
+    fn only_a_shimgate_identity_names_a_proxy_identity() {
+        let mut h = http::HeaderMap::new();
+        h.insert("authorization", "Bearer sk-real-key".parse().unwrap());
+        assert_eq!(proxy_identity("/chat/completions", &h), None);
+        h.insert(
+            "authorization",
+            "Bearer shimgate-trae-0123abcd".parse().unwrap(),
+        );
+        assert_eq!(
+            proxy_identity("/v1/chat/completions", &h),
+            Some("shimgate-trae-0123abcd")
+        );
+        assert_eq!(proxy_identity("/v1/models", &h), None);
     }
 
     #[test]

@@ -14,12 +14,14 @@ use shimgate_shim_api::sse::SseParser;
 use shimgate_shim_api::Shim;
 use tracing::{info_span, warn, Instrument};
 
+use super::openai_error::{self, ErrorContext};
 use super::Host;
 use crate::aggregate::Aggregate;
 use crate::app::App;
 use crate::body::{self, Body};
 use crate::chain::{self, CallSpec, ChainResponse, TranslatorFactory};
 use crate::exchange;
+use crate::headers::Secrets;
 use crate::router::{content_length, is_housekeeping, read_body};
 
 /// bili leaves requests with `max_tokens <= 200` alone (title generation
@@ -119,14 +121,29 @@ pub(super) async fn handle<S: Shim>(
         // Translators read only these; the messages are not kept for the
         // length of the stream.
         let request = Arc::new(super::answer_shape(&openai));
-        let h = host.clone();
-        let factory: TranslatorFactory = Arc::new(move || Box::new(h.shim.return_leg(&request)));
+        let (h, shape) = (host.clone(), request.clone());
+        let factory: TranslatorFactory = Arc::new(move || Box::new(h.shim.return_leg(&shape)));
         let mut spec = CallSpec::new(&config, name, "return", outbound, received);
         spec.translator = Some(factory);
         spec.housekeeping = housekeeping;
         let resp = chain::call(&app.chain_ctx(), spec).await;
-        if let ChainResponse::Failed(e) = &resp {
-            stats.error(e.message());
+        let secrets = Secrets::of(&entry.headers);
+        match &resp {
+            ChainResponse::Failed(e) => stats.error(secrets.scrub(&e.message())),
+            ChainResponse::Verbatim { failure: Some((f, route)), .. } => {
+                stats.error(secrets.scrub(&format!("{route}: {f}")));
+            }
+            _ => {}
+        }
+        if !matches!(resp, ChainResponse::Stream { .. }) {
+            // Before content, a failure is an HTTP error the proxy can act on.
+            let agent = || host.agent_translator(&request, &original);
+            let cx = ErrorContext {
+                routes: config.shim(name).map_or(&[], |s| s.routes.as_slice()),
+                secrets: &secrets,
+                agent_translator: &agent,
+            };
+            return openai_error::for_proxy(resp, &cx);
         }
         if streamed {
             return resp.into_response();
@@ -153,25 +170,12 @@ async fn aggregate(resp: ChainResponse) -> Response<Body> {
                 feed(chunk);
             }
         }
-        // An in-band error passed on whole is still a stream to fold.
-        ChainResponse::Verbatim {
-            status,
-            headers,
-            body,
-        } if status == StatusCode::OK && is_sse(&headers) => feed(body),
         other => return other.into_response(),
     }
     if let Some(err) = agg.error() {
         return body::json_response(StatusCode::BAD_GATEWAY, &serde_json::json!({"error": err}));
     }
     body::json_response(StatusCode::OK, &agg.finish())
-}
-
-fn is_sse(headers: &http::HeaderMap) -> bool {
-    headers
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.starts_with("text/event-stream"))
 }
 
 #[cfg(test)]

@@ -4,8 +4,11 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod bili;
+mod bili_model;
 mod chain;
 mod external;
 mod operator;
 mod qoder;
+mod return_errors;
 mod trae;

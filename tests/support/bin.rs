@@ -26,7 +26,9 @@ impl Served {
             .arg(config)
             .stdout(Stdio::piped())
             .stderr(err)
-            .env_remove("RUST_LOG");
+            .env_remove("RUST_LOG")
+            // The proxy identity key goes beside the config, not in $HOME.
+            .env("XDG_STATE_HOME", config.with_extension("state"));
         for (k, v) in env {
             cmd.env(k, v);
         }

@@ -2,9 +2,12 @@
 //! client, and shimgate itself started in-process on port 0.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod bili;
 pub mod bin;
 pub mod client;
+pub mod conversation;
 pub mod external;
+pub mod model;
 pub mod proxy;
 pub mod qoder;
 pub mod trae;
@@ -34,8 +37,12 @@ impl Gate {
         Gate::start_config(config).await
     }
 
-    /// Starts shimgate with a ready config.
-    pub async fn start_config(config: Config) -> Gate {
+    /// Starts shimgate with a ready config (its state dir, unless the
+    /// test set one, is a temporary one shared by this test process).
+    pub async fn start_config(mut config: Config) -> Gate {
+        if config.state_dir == shimgate::config::default_state_dir() {
+            config.state_dir = test_state_dir();
+        }
         let running = server::start(config).await;
         let url = |n| {
             running
@@ -96,6 +103,12 @@ impl Gate {
             r.shutdown(grace).await;
         }
     }
+}
+
+/// The state dir of in-process gates: one per test process, so the proxy
+/// identity key is not written to `$HOME`.
+pub fn test_state_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("shimgate-test-state-{}", std::process::id()))
 }
 
 /// Retries `check` until it holds or `patience` passes (no fixed sleeps).

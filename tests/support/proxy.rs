@@ -5,10 +5,16 @@
 //! envelope keys, exactly one `[DONE]` at the end. Any violation is recorded
 //! and fails the test that looks at it.
 //!
-//! `Mode::Bili` behaves as billion-context was measured to: content frames
-//! pass byte for byte, the upstream's finish, usage and `[DONE]` frames are
-//! swallowed, and it writes its own `stop` finish with usage and `[DONE]`.
+//! `Mode::Bili` behaves as billion-context was measured to
+//! (`research/bili.md` §2, §3.2, §6, §7): content frames pass byte for byte,
+//! the upstream's finish, usage and `[DONE]` frames are swallowed, and it
+//! writes its own `stop` finish with usage and `[DONE]`. It keeps one
+//! session per `hash(Authorization, conversation id)` and compresses only
+//! when the *same session's* previous turn reported `prompt_tokens` at 75 %
+//! of its window or more; a 400/413 whose body says the context overflowed
+//! teaches the session its real window and makes the next turn compress.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -45,6 +51,9 @@ pub struct Options {
     pub fail_with: Option<u16>,
     /// POST the same URL this many extra times before the real one (a tool loop).
     pub extra_posts: usize,
+    /// `Mode::Bili`: the context window in tokens (its pressure band is
+    /// 75 % of it).
+    pub window_tokens: u64,
 }
 
 impl Default for Options {
@@ -55,6 +64,7 @@ impl Default for Options {
             keep_recent: 4,
             fail_with: None,
             extra_posts: 0,
+            window_tokens: 16_000,
         }
     }
 }
@@ -78,12 +88,126 @@ pub struct TestProxy {
     pub requests: Arc<AtomicUsize>,
     /// Bodies received from the ingress (before compression).
     pub received: Arc<Mutex<Vec<Value>>>,
+    /// The `Authorization` of every request received.
+    pub authorizations: Arc<Mutex<Vec<String>>>,
+    /// `Mode::Bili` sessions by key.
+    pub sessions: Arc<Mutex<HashMap<String, Session>>>,
+    /// Answers from upstream that were not SSE, as the proxy saw them.
+    pub errors: Arc<Mutex<Vec<Answer>>>,
+}
+
+/// An upstream answer the proxy passed on whole.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    pub retry_after: Option<String>,
+    pub body: Value,
+}
+
+/// One `Mode::Bili` session.
+#[derive(Debug, Clone, Default)]
+pub struct Session {
+    /// Requests seen.
+    pub requests: u32,
+    /// Requests it compressed.
+    pub compressed: u32,
+    /// `prompt_tokens` the upstream reported on the last turn.
+    pub last_prompt_tokens: u64,
+    /// The window learned from an overflow error.
+    pub learned_window: Option<u64>,
+    /// Overflow errors seen.
+    pub overflows: u32,
+}
+
+/// The conversation headers bili reads, first non-empty wins
+/// (`research/bili.md` §6).
+const CONVERSATION_HEADERS: [&str; 7] = [
+    "x-claude-code-session-id",
+    "x-session-affinity",
+    "x-acp-session",
+    "x-session-id",
+    "x-opencode-session",
+    "session-id",
+    "session_id",
+];
+
+/// The phrases bili's `inspectContextOverflow` looks for (bili.md §7).
+const OVERFLOW_PHRASES: [&str; 12] = [
+    "context_length_exceeded",
+    "context length exceeded",
+    "maximum context length",
+    "max context length",
+    "maximum context size",
+    "exceeds the context window",
+    "exceeded model token limit",
+    "prompt is too long",
+    "prompt_too_long",
+    "prompt_is_too_long",
+    "request_too_large",
+    "token limit exceeded",
+];
+
+/// bili's session key: `Authorization` and the conversation id (the first
+/// user message when no conversation header is sent).
+fn session_key(headers: &http::HeaderMap, body: &Value) -> String {
+    let auth = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let conversation = CONVERSATION_HEADERS
+        .iter()
+        .find_map(|h| {
+            headers
+                .get(*h)
+                .and_then(|v| v.to_str().ok())
+                .filter(|v| !v.is_empty())
+        })
+        .map(str::to_owned)
+        .unwrap_or_else(|| {
+            body["messages"]
+                .as_array()
+                .and_then(|m| m.iter().find(|m| m["role"] == "user"))
+                .map(|m| m["content"].to_string())
+                .unwrap_or_default()
+        });
+    format!("{auth}\u{0}{conversation}")
+}
+
+/// The window an overflow message names, as bili's `parseOverflowWindow`
+/// reads it (`maximum context length is N`, `limit of N tokens`).
+fn overflow_window(text: &str) -> Option<u64> {
+    let lower = text.to_ascii_lowercase();
+    [
+        "maximum context length is ",
+        "maximum context length of ",
+        "limit of ",
+    ]
+    .iter()
+    .find_map(|p| {
+        let at = lower.find(p)? + p.len();
+        let digits: String = lower[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == ',')
+            .filter(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok().filter(|n| *n >= 1000)
+    })
 }
 
 impl TestProxy {
     /// `http://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// `Mode::Bili` sessions so far.
+    pub fn sessions(&self) -> Vec<Session> {
+        self.sessions.lock().unwrap().values().cloned().collect()
+    }
+
+    /// Non-SSE answers seen so far.
+    pub fn errors(&self) -> Vec<Answer> {
+        self.errors.lock().unwrap().clone()
     }
 
     /// Violations seen so far.
@@ -99,6 +223,9 @@ impl TestProxy {
             violations: Arc::default(),
             requests: Arc::default(),
             received: Arc::default(),
+            authorizations: Arc::default(),
+            sessions: Arc::default(),
+            errors: Arc::default(),
         };
         let p = proxy.clone();
         tokio::spawn(async move {
@@ -138,12 +265,33 @@ impl TestProxy {
             .map(|p| p.to_string())
             .unwrap_or_default();
         let mut headers = req.headers().clone();
+        self.authorizations.lock().unwrap().push(
+            headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned(),
+        );
         headers.remove("host");
         headers.remove("content-length");
         let body = req.into_body().collect().await.unwrap().to_bytes();
         let mut value: Value = serde_json::from_slice(&body).unwrap();
         self.received.lock().unwrap().push(value.clone());
-        compress(&mut value, options);
+        let session = (options.mode == Mode::Bili).then(|| session_key(&headers, &value));
+        match &session {
+            Some(key) => {
+                let mut sessions = self.sessions.lock().unwrap();
+                let s = sessions.entry(key.clone()).or_default();
+                s.requests += 1;
+                let window = s.learned_window.unwrap_or(options.window_tokens);
+                if s.last_prompt_tokens * 4 >= window * 3 {
+                    s.compressed += 1;
+                    summarise(&mut value, options.keep_recent);
+                }
+                preamble(&mut value);
+            }
+            None => compress(&mut value, options),
+        }
         let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
         let make = || {
             let mut r = Request::post(format!("{upstream}{path}"))
@@ -178,6 +326,26 @@ impl TestProxy {
                 .await
                 .map(|c| c.to_bytes())
                 .unwrap_or_default();
+            self.errors.lock().unwrap().push(Answer {
+                status: parts.status.as_u16(),
+                retry_after: parts
+                    .headers
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned),
+                body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            });
+            let text = String::from_utf8_lossy(&bytes).to_ascii_lowercase();
+            let overflow = matches!(parts.status.as_u16(), 400 | 413)
+                && OVERFLOW_PHRASES.iter().any(|p| text.contains(p));
+            if let (Some(key), true) = (&session, overflow) {
+                let mut sessions = self.sessions.lock().unwrap();
+                let s = sessions.entry(key.clone()).or_default();
+                s.overflows += 1;
+                s.learned_window = overflow_window(&text).or(s.learned_window);
+                let floor = s.learned_window.unwrap_or(options.window_tokens);
+                s.last_prompt_tokens = s.last_prompt_tokens.max(floor);
+            }
             let mut out = whole(parts.status, "");
             *out.body_mut() = Full::new(bytes).map_err(|n| match n {}).boxed();
             *out.headers_mut() = parts.headers;
@@ -187,7 +355,8 @@ impl TestProxy {
         let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, Infallible>>(16);
         let violations = self.violations.clone();
         let mode = options.mode;
-        tokio::spawn(relay(incoming, tx, violations, mode));
+        let usage_to = session.map(|key| (self.sessions.clone(), key));
+        tokio::spawn(relay(incoming, tx, violations, mode, usage_to));
         let mut out = Response::new(BodyExt::boxed(StreamBody::new(ReceiverStream(rx))));
         *out.status_mut() = parts.status;
         out.headers_mut()
@@ -220,21 +389,32 @@ impl futures_util::Stream for ReceiverStream {
     }
 }
 
-/// Shortens old messages and adds a preamble.
+/// Shortens old messages past the threshold and adds a preamble.
 pub fn compress(body: &mut Value, options: &Options) {
-    let Some(messages) = body.get_mut("messages").and_then(Value::as_array_mut) else {
-        return;
-    };
-    let total: usize = messages
-        .iter()
+    let total: usize = body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
         .map(|m| {
             m.get("content")
                 .and_then(Value::as_str)
                 .map_or(0, |s| s.chars().count())
         })
         .sum();
-    if total > options.threshold && messages.len() > options.keep_recent + 1 {
-        let cut = messages.len() - options.keep_recent;
+    if total > options.threshold {
+        summarise(body, options.keep_recent);
+    }
+    preamble(body);
+}
+
+/// Replaces all but the last `keep_recent` messages (system ones stay) by
+/// one summary message.
+fn summarise(body: &mut Value, keep_recent: usize) {
+    let Some(messages) = body.get_mut("messages").and_then(Value::as_array_mut) else {
+        return;
+    };
+    if messages.len() > keep_recent + 1 {
+        let cut = messages.len() - keep_recent;
         let (older, recent) = messages.split_at(cut);
         let mut kept: Vec<Value> = older
             .iter()
@@ -248,17 +428,26 @@ pub fn compress(body: &mut Value, options: &Options) {
         kept.extend(recent.iter().cloned());
         *messages = kept;
     }
-    messages.insert(
-        0,
-        json!({"role": "system", "content": "You work behind a test compression proxy."}),
-    );
 }
+
+/// Adds the proxy's system preamble, as real proxies do.
+fn preamble(body: &mut Value) {
+    if let Some(messages) = body.get_mut("messages").and_then(Value::as_array_mut) {
+        messages.insert(
+            0,
+            json!({"role": "system", "content": "You work behind a test compression proxy."}),
+        );
+    }
+}
+
+type UsageSink = (Arc<Mutex<HashMap<String, Session>>>, String);
 
 async fn relay(
     mut incoming: Incoming,
     tx: mpsc::Sender<Result<Frame<Bytes>, Infallible>>,
     violations: Arc<Mutex<Vec<String>>>,
     mode: Mode,
+    usage_to: Option<UsageSink>,
 ) {
     let mut buf = BytesMut::new();
     let mut done = 0;
@@ -329,6 +518,11 @@ async fn relay(
     }
     if done != 1 {
         flag(format!("expected exactly one [DONE], saw {done}"));
+    }
+    if let (Some((sessions, key)), Some(tokens)) = (usage_to, usage["prompt_tokens"].as_u64()) {
+        if let Some(s) = sessions.lock().unwrap().get_mut(&key) {
+            s.last_prompt_tokens = tokens;
+        }
     }
     if mode == Mode::Bili {
         let finish = json!({"id": "chatcmpl-proxy-1", "object": "chat.completion.chunk", "created": 1, "model": "x",

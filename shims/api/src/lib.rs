@@ -6,6 +6,7 @@
 //! it turns bytes and JSON into bytes and JSON, which keeps it easy to fuzz.
 
 pub mod failure;
+pub mod json;
 pub mod shim;
 pub mod sse;
 pub mod translate;

@@ -85,4 +85,17 @@ pub trait Shim: Send + Sync + 'static {
     fn agent_reads_return_leg(&self) -> bool {
         false
     }
+
+    /// The request headers that name the agent, most stable first: the
+    /// runtime gives the compression proxy one `Authorization` per agent,
+    /// a keyed hash of the first of these the request carries, so the
+    /// proxy keeps one session per conversation (it keys its sessions on
+    /// `Authorization`). A header that changes per request (a signature)
+    /// does not belong here; an account id that outlives token refreshes
+    /// goes first.
+    ///
+    /// Default: `authorization`, `x-api-key`, `cookie`.
+    fn identity_headers(&self) -> &'static [&'static str] {
+        &["authorization", "x-api-key", "cookie"]
+    }
 }

@@ -68,7 +68,9 @@ impl OriginalAsk {
 /// when there is none), `tools` when non-empty, the sampling fields of
 /// `parameters`, `stream: true`.
 pub fn fold(native: &[u8]) -> Result<Folded<OriginalAsk>, ShimError> {
-    let value: Value = serde_json::from_slice(native)
+    // A number outside f64's range (`"temperature": 1e400`) is JSON the
+    // agent meant: it travels as a tag, and `restore` writes it back.
+    let value = shimgate_shim_api::json::parse_keeping_numbers(native)
         .map_err(|e| ShimError::new(format!("qoder ask is not JSON: {e}")))?;
     let Value::Object(ask) = value else {
         return Err(ShimError::new("qoder ask is not a JSON object"));
@@ -146,27 +148,21 @@ pub fn rebuild(original: &OriginalAsk, openai: &Value) -> Result<Value, ShimErro
     Ok(Value::Object(ask))
 }
 
-/// [`rebuild`], serialised: the ask JSON bytes for the codec.
+/// [`rebuild`], serialised: the ask JSON bytes for the codec, with every
+/// out-of-range number fold carried as a tag written back as the agent's
+/// own token (see [`shimgate_shim_api::json`]).
 pub fn restore(original: &OriginalAsk, openai: &Value) -> Result<Vec<u8>, ShimError> {
     let ask = rebuild(original, openai)?;
-    serde_json::to_vec(&ask).map_err(|e| ShimError::new(format!("ask did not serialise: {e}")))
+    serde_json::to_vec(&ask)
+        .map(shimgate_shim_api::json::restore_numbers)
+        .map_err(|e| ShimError::new(format!("ask did not serialise: {e}")))
 }
 
-/// A fresh random (version 4) UUID, lowercase, hyphenated.
+/// A fresh random (version 4) UUID, lowercase, hyphenated: the ask's
+/// `request_id` and the COSY payload's `requestId` (qoder answers `103
+/// Duplicate request` to a reused one, so it comes from the OS generator).
 pub fn fresh_uuid() -> String {
-    let mut bits = fastrand::u128(..);
-    bits &= !(0xf << 76) & !(0x3 << 62);
-    bits |= (0x4 << 76) | (0x2 << 62);
-    let hex = format!("{bits:032x}");
-    let part = |range: std::ops::Range<usize>| hex.get(range).unwrap_or_default().to_owned();
-    format!(
-        "{}-{}-{}-{}-{}",
-        part(0..8),
-        part(8..12),
-        part(12..16),
-        part(16..20),
-        part(20..32)
-    )
+    uuid::Uuid::new_v4().hyphenated().to_string()
 }
 
 fn starts_with_system(messages: &[Value]) -> bool {

@@ -12,7 +12,9 @@ const TIMING_KEYS: [&str; 3] = ["firstTokenDuration", "serverDuration", "totalDu
 /// What an inner chunk is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Inner {
-    /// Not a JSON object (text, a number, an array): passed on as it is.
+    /// Not a JSON object as `serde_json` reads it (text, a number, an
+    /// array, an object holding a number outside f64's range): passed on as
+    /// it is when bare, an error inside an envelope.
     NotObject,
     /// `{}`: a heartbeat.
     Empty,
@@ -81,7 +83,9 @@ pub(crate) fn inspect(json: &[u8]) -> Inner {
 
 /// The cursor reading; `None` when unsure.
 fn inspect_fast(json: &[u8]) -> Option<Inner> {
-    let mut c = Cursor::new(json);
+    // The chunk is copied into a frame: an out-of-range number makes the
+    // cursor unsure, and `serde_json` then refuses the text.
+    let mut c = Cursor::checking_numbers(json);
     if c.peek() != Some(b'{') {
         // Not an object; `serde_json` would say the same or refuse it.
         return Some(Inner::NotObject);
@@ -299,6 +303,20 @@ mod tests {
         let j = r#"{"choi\u0063es":[{"delta":{"content":"x"}}]}"#;
         assert_eq!(inspect_fast(j.as_bytes()), None);
         assert_eq!(inspect(j.as_bytes()), chunk(true, false, false));
+    }
+
+    #[test]
+    fn a_chunk_with_an_out_of_range_number_is_not_an_object() {
+        for j in [
+            r#"{"choices":[{"delta":{"content":"x"}}],"usage":{"prompt_tokens":1e400}}"#,
+            r#"{"choices":[{"index":143e33333,"delta":{"content":"x"}}]}"#,
+            r#"{"created":-1E+999,"choices":[]}"#,
+        ] {
+            assert_eq!(inspect_fast(j.as_bytes()), None, "{j}");
+            assert_eq!(inspect(j.as_bytes()), Inner::NotObject, "{j}");
+        }
+        let tiny = r#"{"created":1e-400,"choices":[{"delta":{"content":"x"}}]}"#;
+        assert_eq!(both(tiny), chunk(true, false, false));
     }
 
     #[test]

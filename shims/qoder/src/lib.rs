@@ -2,14 +2,18 @@
 //! chat body and rebuilt from the compressed one, and qoder's envelope SSE
 //! unwrapped into the bare OpenAI frames the compression proxy reads.
 //!
-//! No sockets, no encryption: the runtime hands the ask in and sends the
-//! rebuilt ask through its codec (`plain` or an `exec` co-process); [`codec`]
-//! only holds the public body encoding and the test signature, for tests.
+//! No sockets, and nothing is ever decrypted: the runtime hands the ask in
+//! (from the real client's `Encode=1` body, [`codec::decode_body`]) and
+//! sends the rebuilt ask through its codec (`plain`, an `exec` co-process,
+//! or [`cosy`], which re-encodes it and re-signs it by the published COSY
+//! rule with no secret; `info` and `Cosy-Key` travel opaque). [`codec`]
+//! holds the public body encoding and the test signature.
 
 pub mod ask;
 mod chunk;
 pub mod classify;
 pub mod codec;
+pub mod cosy;
 mod envelope;
 pub mod frames;
 mod oneline;
@@ -74,6 +78,13 @@ impl Shim for QoderShim {
     /// The qoder agent reads bare OpenAI frames, the return leg's output.
     fn agent_reads_return_leg(&self) -> bool {
         true
+    }
+
+    /// A COSY `Authorization` is signed per request (fresh `requestId`,
+    /// date and signature), so the user (`Cosy-User`) names the agent;
+    /// a plain credential stands in when there is none.
+    fn identity_headers(&self) -> &'static [&'static str] {
+        &["cosy-user", "authorization", "x-api-key", "cookie"]
     }
 }
 

@@ -7,6 +7,7 @@
 //! every caller treats `None` as "unsure" and asks `serde_json` instead.
 
 use bytes::BytesMut;
+use shimgate_shim_api::json::number_fits;
 
 use crate::oneline::decode_string;
 
@@ -65,6 +66,19 @@ const STRUCTURAL: [bool; 256] = {
     table
 };
 
+/// [`STRUCTURAL`] plus the bytes that start a number, for a cursor that
+/// checks numbers.
+const STRUCTURAL_OR_NUMBER: [bool; 256] = {
+    let mut table = STRUCTURAL;
+    let mut b = b'0';
+    while b <= b'9' {
+        table[b as usize] = true;
+        b += 1;
+    }
+    table[b'-' as usize] = true;
+    table
+};
+
 /// The raw contents of a JSON string: the bytes between its quotes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RawStr {
@@ -93,12 +107,29 @@ impl RawStr {
 pub(crate) struct Cursor<'a> {
     buf: &'a [u8],
     pos: usize,
+    /// Refuse (`None`) a number `serde_json` cannot hold (`1e400`).
+    numbers: bool,
 }
 
 impl<'a> Cursor<'a> {
     /// A cursor at the start of `buf`.
     pub fn new(buf: &'a [u8]) -> Self {
-        Cursor { buf, pos: 0 }
+        Cursor {
+            buf,
+            pos: 0,
+            numbers: false,
+        }
+    }
+
+    /// A cursor that is also unsure (`None`) at a number outside f64's
+    /// range, for text that is copied into a frame: `serde_json` refuses
+    /// such text, and so would the proxy (see [`shimgate_shim_api::json`]).
+    /// Text that is only read (the envelope around a body) need not pay.
+    pub fn checking_numbers(buf: &'a [u8]) -> Self {
+        Cursor {
+            numbers: true,
+            ..Cursor::new(buf)
+        }
     }
 
     /// The whole text being read.
@@ -200,11 +231,12 @@ impl<'a> Cursor<'a> {
             }
             self.pos += 1;
         }
-        if self.pos == start {
-            None
-        } else {
-            self.buf.get(start..self.pos)
+        let token = self.buf.get(start..self.pos).filter(|t| !t.is_empty())?;
+        let number = matches!(token.first(), Some(b'-' | b'0'..=b'9'));
+        if self.numbers && number && !number_fits(token) {
+            return None;
         }
+        Some(token)
     }
 
     /// Skips one value of any kind.
@@ -249,10 +281,15 @@ impl<'a> Cursor<'a> {
 
     /// Skips an object or array, brackets balanced, strings respected.
     fn skip_container(&mut self) -> Option<()> {
+        let stops = if self.numbers {
+            &STRUCTURAL_OR_NUMBER
+        } else {
+            &STRUCTURAL
+        };
         let mut depth = 0usize;
         loop {
             while let Some(&b) = self.buf.get(self.pos) {
-                if STRUCTURAL[usize::from(b)] {
+                if stops[usize::from(b)] {
                     break;
                 }
                 self.pos += 1;
@@ -260,6 +297,11 @@ impl<'a> Cursor<'a> {
             match *self.buf.get(self.pos)? {
                 b'"' => {
                     self.string()?;
+                    continue;
+                }
+                b'-' | b'0'..=b'9' => {
+                    // Only a checking cursor stops here; `literal` checks.
+                    self.literal()?;
                     continue;
                 }
                 b'{' | b'[' => depth += 1,
@@ -381,6 +423,24 @@ mod tests {
         );
         assert_eq!(Cursor::new(b"null").skip_is_null(), Some(true));
         assert_eq!(Cursor::new(b"nullx").skip_is_null(), Some(false));
+    }
+
+    #[test]
+    fn a_checking_cursor_is_unsure_at_out_of_range_numbers_only() {
+        let text = br#"{"a":[1,{"b":-2.5e3}],"c":1e-400} "#;
+        assert!(Cursor::checking_numbers(text).skip_value().is_some());
+        for bad in [
+            &br#"{"a":[1,{"b":1e400}]}"#[..],
+            br#"[143e33333]"#,
+            b"-1E+999",
+        ] {
+            assert!(Cursor::checking_numbers(bad).skip_value().is_none());
+            assert!(Cursor::new(bad).skip_value().is_some(), "only when asked");
+        }
+        // Digits inside strings are not numbers.
+        assert!(Cursor::checking_numbers(br#"["1e400"]"#)
+            .skip_value()
+            .is_some());
     }
 
     #[test]

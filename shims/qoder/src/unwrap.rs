@@ -4,6 +4,13 @@
 //!
 //! Both run the same [`Unwrapper`]: bare frames pass through it unchanged,
 //! so the ingress also copes with an envelope that slipped through.
+//!
+//! An envelope `body` that is not a chunk (not JSON as `serde_json` reads
+//! it, a number outside f64's range included, or JSON but no object) is
+//! never written as a `data:` line the proxy cannot parse: it becomes an
+//! in-band `SERVER` error frame quoting its first bytes, then `[DONE]`.
+//! Heartbeat bodies (`null`, `""`, `"null"`, `{}`) are still dropped and
+//! `[DONE]` still ends the stream.
 
 use std::borrow::Cow;
 
@@ -56,7 +63,11 @@ enum Verdict {
     Drop,
     End,
     Keep(FrameClass),
-    Error { openai_shaped: bool },
+    Error {
+        openai_shaped: bool,
+    },
+    /// An envelope body that is not a chunk (see [`classify::unreadable_body`]).
+    Unreadable,
 }
 
 /// The frame-by-frame engine behind both translators.
@@ -241,7 +252,7 @@ impl Unwrapper {
         out: &mut BytesMut,
     ) -> FrameClass {
         let body_start = frame_start + DATA_PREFIX.len();
-        let verdict = self.judge(out.get(body_start..).unwrap_or_default());
+        let verdict = self.judge(out.get(body_start..).unwrap_or_default(), origin);
         match verdict {
             Verdict::Drop => {
                 out.truncate(frame_start);
@@ -267,10 +278,16 @@ impl Unwrapper {
                 out.truncate(frame_start);
                 upstream_failure(out, error)
             }
+            Verdict::Unreadable => {
+                let body = out.get(body_start..).unwrap_or_default();
+                let error = classify::unreadable_body(body.trim_ascii());
+                out.truncate(frame_start);
+                upstream_failure(out, error)
+            }
         }
     }
 
-    fn judge(&mut self, chunk: &[u8]) -> Verdict {
+    fn judge(&mut self, chunk: &[u8], origin: Origin) -> Verdict {
         let chunk = chunk.trim_ascii();
         // Heartbeats: body null, "", "null" (and `{}`, below).
         if chunk.is_empty() || chunk == b"null" {
@@ -280,6 +297,10 @@ impl Unwrapper {
             return Verdict::End;
         }
         match chunk::inspect(chunk) {
+            // Bare text is someone's own frame, passed on as it is; an
+            // envelope body is qoder's answer, and the proxy could not
+            // read it as a chunk.
+            Inner::NotObject if origin == Origin::Envelope => Verdict::Unreadable,
             Inner::NotObject => Verdict::Keep(FrameClass::NotContent),
             Inner::Empty | Inner::Timing => Verdict::Drop,
             Inner::Error { openai_shaped } => Verdict::Error { openai_shaped },

@@ -13,8 +13,9 @@
 //!   §2.1), so they survive a proxy that swallows finish, usage, `[DONE]`
 //!   and error frames. `x_solo` is
 //!   `{"event": NAME | null, "id": ID?, "retry": MS?, "data": JSON}` or
-//!   `..., "text": STRING}` when the event's data is not JSON (or not UTF-8:
-//!   then it is carried lossily). `event: null` is a frame with no `event:`
+//!   `..., "text": STRING}` when the event's data is not JSON as
+//!   `serde_json` reads it (a number outside f64's range makes it text, see
+//!   [`shimgate_shim_api::json`]; not UTF-8: carried lossily). `event: null` is a frame with no `event:`
 //!   line. `id` is the SSE last-event-id in force at that event (absent =
 //!   none), so it is exact even after a proxy drops other frames.
 //! * **Output chunks** (`delta.content` / `reasoning_content` /

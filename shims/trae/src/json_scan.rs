@@ -3,9 +3,11 @@
 //! `serde_json::Value`.
 //!
 //! It accepts exactly what `serde_json` accepts for UTF-8 input (RFC 8259,
-//! well-formed surrogate pairs, nesting up to [`MAX_DEPTH`]); a raw string
-//! literal it returns is therefore valid JSON that can be copied into an
-//! output chunk as is.
+//! well-formed surrogate pairs, nesting up to [`MAX_DEPTH`], numbers within
+//! f64's range: see [`shimgate_shim_api::json`]); a raw value it returns is
+//! therefore valid JSON that can be copied into an output chunk as is.
+
+use shimgate_shim_api::json::number_fits;
 
 /// Deepest nesting accepted; `serde_json` refuses beyond 128 as well, and a
 /// limit keeps hostile input from exhausting the stack.
@@ -138,6 +140,19 @@ impl Cursor<'_> {
     }
 
     fn number(&mut self) -> Result<(), Invalid> {
+        let start = self.i;
+        self.number_token()?;
+        // serde_json refuses a number outside f64's range (`1e400`), and so
+        // would the proxy: such text is not JSON to be copied as JSON.
+        let token = self.b.get(start..self.i).unwrap_or_default();
+        if number_fits(token) {
+            Ok(())
+        } else {
+            Err(Invalid)
+        }
+    }
+
+    fn number_token(&mut self) -> Result<(), Invalid> {
         if self.peek() == Some(b'-') {
             self.i += 1;
         }
@@ -299,9 +314,25 @@ mod tests {
             "[1] 2",
             "",
             "\"\\u00e9\\/\"",
+            "1e400",
+            "[1,143e33333]",
+            "{\"a\":-1E+400}",
+            "1e-400",
+            "0e99999999999",
+            "1.7976931348623157e308",
         ] {
             agrees_with_serde(text);
         }
+    }
+
+    #[test]
+    fn out_of_range_numbers_are_not_json_to_copy() {
+        // The trae_convert fuzz crash: `143e33333` was copied as JSON.
+        assert!(!is_valid(b"143e33333"));
+        let mut n = 0;
+        assert!(members(br#"{"response":"a","x":1e400}"#, &mut |_, _| n += 1).is_err());
+        assert_eq!(n, 0);
+        assert!(is_valid(b"[1e-400,0e400,1.7976931348623157e308]"));
     }
 
     #[test]

@@ -60,7 +60,8 @@ impl Shim for TraeShim {
     }
 
     fn fold(&self, native: &[u8]) -> Result<Folded<Value>, ShimError> {
-        let original: Value = serde_json::from_slice(native)
+        // A number outside f64's range travels as a tag; restore puts it back.
+        let original = shimgate_shim_api::json::parse_keeping_numbers(native)
             .map_err(|e| ShimError::new(format!("trae body is not JSON: {e}")))?;
         let openai = fold::fold_body(&original)?;
         Ok(Folded { openai, original })
@@ -76,6 +77,19 @@ impl Shim for TraeShim {
 
     fn ingress(&self, _original: &Value) -> ToSolo {
         ToSolo::new()
+    }
+
+    /// The account (`X-Uid`) outlives the access token, which the IDE
+    /// refreshes; the token headers stand in when no uid is sent.
+    fn identity_headers(&self) -> &'static [&'static str] {
+        &[
+            "x-uid",
+            "x-ide-token",
+            "x-cloudide-token",
+            "authorization",
+            "x-api-key",
+            "cookie",
+        ]
     }
 }
 

@@ -21,6 +21,9 @@
 //! (calls with no name are dropped, SOLO refuses them); `tool_call_id` and
 //! other members pass. Tools: `parameters` objects → JSON strings, the
 //! original's own string when the object is unchanged.
+//!
+//! A number outside f64's range that fold carried as a tag (see
+//! [`shimgate_shim_api::json`]) is written back as the agent's own token.
 
 use std::collections::HashMap;
 
@@ -78,7 +81,8 @@ pub fn restore_body(original: &Value, openai: &Value) -> Result<Vec<u8>, ShimErr
         }
     }
     out.push(b'}');
-    Ok(out)
+    // Numbers fold carried as tags (out of f64's range) go back as sent.
+    Ok(shimgate_shim_api::json::restore_numbers(out))
 }
 
 /// A rough output size: the compressed messages dominate.

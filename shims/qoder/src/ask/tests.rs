@@ -317,3 +317,54 @@ fn fresh_uuids_are_version_4() {
         assert!(is_uuid_v4(&id), "{id}");
     }
 }
+
+/// An ask with numbers outside f64's range: JSON by RFC 8259, refused by
+/// `serde_json`, and before the fix taken for a body that is not JSON at
+/// all (so the runtime passed it through unfolded).
+const OOB_ASK: &str = r#"{"request_id":"r1","messages":[{"role":"user","content":"1e400"}],
+    "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","maximum":1e400}}}],
+    "parameters":{"temperature":1e400,"max_tokens":100,"context_length":-9E+999},
+    "business":{"limits":[1e400, 2]}}"#;
+
+#[test]
+fn an_ask_with_out_of_range_numbers_is_folded_not_refused() {
+    let folded = fold(OOB_ASK.as_bytes()).unwrap();
+    let temperature = folded.openai["temperature"].as_str().unwrap();
+    assert!(temperature.ends_with(":1e400"), "{temperature}");
+    assert_eq!(folded.openai["max_tokens"], 100);
+    assert_eq!(folded.openai["messages"][0]["content"], "1e400");
+    assert_eq!(folded.original.request_id(), Some("r1"));
+}
+
+#[test]
+fn restore_writes_out_of_range_numbers_back_as_the_agent_sent_them() {
+    let folded = fold(OOB_ASK.as_bytes()).unwrap();
+    // Through a proxy: re-serialised, messages replaced, tools appended.
+    let mut body: Value =
+        serde_json::from_slice(&serde_json::to_vec(&folded.openai).unwrap()).unwrap();
+    body["messages"] = json!([{"role": "user", "content": "short"}]);
+    body["tools"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"type": "function", "function": {"name": "compress"}}));
+    for openai in [&folded.openai, &body] {
+        let text = String::from_utf8(restore(&folded.original, openai).unwrap()).unwrap();
+        assert!(text.contains(r#""temperature":1e400"#), "{text}");
+        assert!(text.contains(r#""context_length":-9E+999"#), "{text}");
+        assert!(text.contains(r#""maximum":1e400"#), "{text}");
+        assert!(text.contains(r#""limits":[1e400,2]"#), "{text}");
+        assert!(!text.contains("shimgate"), "{text}");
+    }
+    let text = String::from_utf8(restore(&folded.original, &folded.openai).unwrap()).unwrap();
+    assert!(
+        text.contains(r#""content":"1e400""#),
+        "the user's text stays text"
+    );
+}
+
+#[test]
+fn an_ask_that_is_not_json_is_still_refused_as_not_json() {
+    let reason = |bytes: &[u8]| fold(bytes).unwrap_err().0;
+    assert!(reason(br#"{"messages":[],1e400:1}"#).contains("not JSON"));
+    assert!(reason(br#"{"messages":[],"t":1e400"#).contains("not JSON"));
+}

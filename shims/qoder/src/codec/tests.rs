@@ -230,3 +230,18 @@ fn python_test_codec_answers_bad_lines_with_an_error_and_keeps_going() {
         .unwrap()
         .starts_with("http://h/algo/"));
 }
+
+#[test]
+fn test_signature_matches_known_hmac_sha256_vectors() {
+    // python3: hmac.new(key, msg, hashlib.sha256).hexdigest()
+    let path = "/algo/api/v2/service/pro/sse/agent_chat_generation?Encode=1";
+    assert_eq!(
+        sign_test(b"s3", "1764400000", b"ep$$BMn%mYKi", path),
+        "0891390439ff7cc60dbe050d51eba24928311730732dcee8f51b85ca84e25dce"
+    );
+    // A key longer than a block is hashed first (RFC 2104).
+    assert_eq!(
+        sign_test(&[0xaa; 131], "1", b"body", "/p"),
+        "75a8f0a0506424fac06baf166d3b6318afc161cd94358b55a647029d21a4460b"
+    );
+}

@@ -1,0 +1,207 @@
+//! The identity shimgate shows the compression proxy for one agent.
+//!
+//! billion-context keys a session (and its whole compression state) on
+//! `hash(protocol, upstream, Authorization, conversation id)` and decides to
+//! compress from the `prompt_tokens` that *same* session reported last turn.
+//! So the `Authorization` the proxy sees must be the same on every turn of a
+//! conversation and after a restart, differ per agent and per shim, and
+//! never be (or reveal) the agent's credential: `Bearer
+//! shimgate-<shim>-<HMAC-SHA256 of the agent's identity header>`, keyed by
+//! a random key kept in the state dir (`proxy-identity.key`).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use hmac::{Hmac, Mac};
+use http::HeaderMap;
+use sha2::Sha256;
+
+/// The key file's name inside the state dir.
+pub const KEY_FILE: &str = "proxy-identity.key";
+/// The prefix of every identity (`Bearer shimgate-<shim>-…`).
+pub const IDENTITY_PREFIX: &str = "shimgate-";
+/// Hex characters of the keyed hash kept in an identity (128 bits): plenty
+/// to keep agents apart, short enough to read in a proxy's log.
+const HASH_HEX: usize = 32;
+
+/// The key and where it lives.
+pub struct ProxyIdentity {
+    key: [u8; 32],
+    /// The key file, when the key was read from or written to it.
+    pub file: Option<PathBuf>,
+    /// Why the key could not be kept (it then lasts until a restart).
+    pub problem: Option<String>,
+}
+
+impl ProxyIdentity {
+    /// Reads the key from `dir`, creating it (and `dir`) on first use. A
+    /// key that cannot be read or written is replaced by one that lives in
+    /// memory, with the reason in [`ProxyIdentity::problem`]: the proxy then
+    /// starts new sessions after a restart, nothing else breaks.
+    pub fn load_or_create(dir: &Path) -> ProxyIdentity {
+        let file = dir.join(KEY_FILE);
+        match read_key(&file).or_else(|_| write_key(dir, &file)) {
+            Ok(key) => ProxyIdentity {
+                key,
+                file: Some(file),
+                problem: None,
+            },
+            Err(e) => {
+                let problem = format!(
+                    "cannot keep the proxy identity key in {}: {e}; the identity lasts until a restart",
+                    file.display()
+                );
+                tracing::warn!("{problem}");
+                ProxyIdentity {
+                    key: random_key().unwrap_or([7; 32]),
+                    file: None,
+                    problem: Some(problem),
+                }
+            }
+        }
+    }
+
+    /// A key given directly (tests).
+    pub fn with_key(key: [u8; 32]) -> ProxyIdentity {
+        ProxyIdentity {
+            key,
+            file: None,
+            problem: None,
+        }
+    }
+
+    /// The identity of the agent that sent `headers` to `shim`: the keyed
+    /// hash of the first of `names` it carries (no such header: the shim's
+    /// anonymous identity).
+    pub fn of(&self, shim: &str, names: &[&str], headers: &HeaderMap) -> String {
+        let mut mac = match Hmac::<Sha256>::new_from_slice(&self.key) {
+            Ok(m) => m,
+            // HMAC takes keys of any length; this arm is never taken.
+            Err(_) => return format!("{IDENTITY_PREFIX}{shim}-anonymous"),
+        };
+        mac.update(shim.as_bytes());
+        mac.update(&[0]);
+        let named = names.iter().find_map(|n| {
+            let values: Vec<&[u8]> = headers.get_all(*n).iter().map(|v| v.as_bytes()).collect();
+            (!values.is_empty()).then_some((*n, values))
+        });
+        if let Some((name, values)) = named {
+            mac.update(name.as_bytes());
+            for v in values {
+                mac.update(&[0]);
+                mac.update(v);
+            }
+        }
+        let digest = mac.finalize().into_bytes();
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        format!("{IDENTITY_PREFIX}{shim}-{}", &hex[..HASH_HEX])
+    }
+}
+
+fn read_key(file: &Path) -> std::io::Result<[u8; 32]> {
+    let text = std::fs::read_to_string(file)?;
+    parse_hex_key(text.trim()).ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, "not 64 hex characters")
+    })
+}
+
+fn parse_hex_key(text: &str) -> Option<[u8; 32]> {
+    if text.len() != 64 || !text.is_ascii() {
+        return None;
+    }
+    let mut key = [0u8; 32];
+    for (i, byte) in key.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(text.get(i * 2..i * 2 + 2)?, 16).ok()?;
+    }
+    Some(key)
+}
+
+/// Writes a fresh key readable by its owner only. An existing but unreadable
+/// file is replaced (it held no usable key).
+fn write_key(dir: &Path, file: &Path) -> std::io::Result<[u8; 32]> {
+    std::fs::create_dir_all(dir)?;
+    let key = random_key()?;
+    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    let tmp = dir.join(format!("{KEY_FILE}.{}.tmp", std::process::id()));
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.mode(0o600);
+    }
+    let mut f = options.open(&tmp)?;
+    f.write_all(format!("{hex}\n").as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, file)?;
+    Ok(key)
+}
+
+fn random_key() -> std::io::Result<[u8; 32]> {
+    let mut key = [0u8; 32];
+    getrandom::getrandom(&mut key).map_err(|e| std::io::Error::other(e.to_string()))?;
+    Ok(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        h
+    }
+
+    const NAMES: &[&str] = &["x-uid", "authorization"];
+
+    #[test]
+    fn one_agent_has_one_identity_and_it_never_shows_the_credential() {
+        let id = ProxyIdentity::with_key([1; 32]);
+        let a = headers(&[("authorization", "Cloud-IDE-JWT secret-token-1")]);
+        let first = id.of("trae", NAMES, &a);
+        assert_eq!(first, id.of("trae", NAMES, &a));
+        assert!(first.starts_with("shimgate-trae-"), "{first}");
+        assert_eq!(first.len(), "shimgate-trae-".len() + HASH_HEX);
+        assert!(!first.contains("secret"));
+    }
+
+    #[test]
+    fn identities_differ_per_credential_shim_and_key() {
+        let id = ProxyIdentity::with_key([1; 32]);
+        let a = headers(&[("authorization", "Bearer a")]);
+        let b = headers(&[("authorization", "Bearer b")]);
+        assert_ne!(id.of("trae", NAMES, &a), id.of("trae", NAMES, &b));
+        assert_ne!(id.of("trae", NAMES, &a), id.of("qoder", NAMES, &a));
+        let other = ProxyIdentity::with_key([2; 32]);
+        assert_ne!(id.of("trae", NAMES, &a), other.of("trae", NAMES, &a));
+    }
+
+    #[test]
+    fn the_first_named_header_wins_so_a_token_refresh_keeps_the_identity() {
+        let id = ProxyIdentity::with_key([1; 32]);
+        let before = headers(&[("x-uid", "u1"), ("authorization", "token-1")]);
+        let after = headers(&[("x-uid", "u1"), ("authorization", "token-2")]);
+        assert_eq!(id.of("trae", NAMES, &before), id.of("trae", NAMES, &after));
+    }
+
+    #[test]
+    fn the_key_survives_a_restart_and_a_corrupt_file_is_replaced() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("state");
+        let a = headers(&[("authorization", "Bearer a")]);
+        let first = ProxyIdentity::load_or_create(&dir);
+        assert!(first.problem.is_none(), "{:?}", first.problem);
+        let again = ProxyIdentity::load_or_create(&dir);
+        assert_eq!(first.of("trae", NAMES, &a), again.of("trae", NAMES, &a));
+        std::fs::write(dir.join(KEY_FILE), "garbage").unwrap();
+        let fresh = ProxyIdentity::load_or_create(&dir);
+        assert!(fresh.problem.is_none());
+        assert_ne!(first.of("trae", NAMES, &a), fresh.of("trae", NAMES, &a));
+    }
+}

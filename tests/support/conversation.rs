@@ -1,0 +1,163 @@
+//! An agent having a long conversation on one wire: every turn it resends
+//! the whole history plus a new user message of about 4,000 characters,
+//! with its conversation header (`x-session-id`), reads the answer in its
+//! own wire and checks it, and appends what it read to the history.
+
+use http::{Method, StatusCode};
+use serde_json::{json, Value};
+use shimgate_shim_trae::testkit::{digest, End};
+
+use super::client;
+use super::model::{content_chars, Wire};
+use super::{qoder, trae};
+
+/// One turn as the agent saw it.
+#[derive(Debug, Clone)]
+pub struct Turn {
+    /// Message content characters the agent sent.
+    pub sent_chars: usize,
+    pub status: StatusCode,
+    /// The answer text it read.
+    pub text: String,
+    /// The error it read in its own wire (a SOLO `error` event's data, or
+    /// qoder's error frame), if the turn failed.
+    pub error: Option<Value>,
+    /// What was wrong with the answer's wire.
+    pub problems: Vec<String>,
+}
+
+/// One agent conversation.
+pub struct Conversation {
+    pub wire: Wire,
+    session: String,
+    credential: String,
+    messages: Vec<Value>,
+    pub turns: Vec<Turn>,
+}
+
+impl Conversation {
+    /// A conversation with a system prompt and a first task, under the
+    /// conversation id `session` and the agent credential `credential`.
+    pub fn new(wire: Wire, session: &str, credential: &str) -> Conversation {
+        let mut c = Conversation {
+            wire,
+            session: session.into(),
+            credential: credential.into(),
+            messages: Vec::new(),
+            turns: Vec::new(),
+        };
+        c.push(
+            "system",
+            "You are a careful coding agent. Keep answers short.",
+        );
+        c.push("user", "Start task: summarise the notes that follow.");
+        c
+    }
+
+    fn push(&mut self, role: &str, text: &str) {
+        self.messages.push(match self.wire {
+            Wire::Trae => trae::text(role, text),
+            Wire::Qoder | Wire::OpenAi => json!({"role": role, "content": text}),
+        });
+    }
+
+    /// Sends one more turn to the shim listener at `base`.
+    pub async fn turn(&mut self, base: &str) -> Turn {
+        let n = self.turns.len() + 1;
+        self.push("user", &filler(n, 4000));
+        let sent_chars = content_chars(&self.messages);
+        let turn = match self.wire {
+            Wire::Trae => self.trae_turn(base, sent_chars).await,
+            Wire::Qoder => self.qoder_turn(base, sent_chars).await,
+            Wire::OpenAi => panic!("the agent speaks a provider wire"),
+        };
+        if turn.error.is_none() {
+            let text = turn.text.clone();
+            self.push("assistant", &text);
+        }
+        self.turns.push(turn.clone());
+        turn
+    }
+
+    async fn trae_turn(&self, base: &str, sent_chars: usize) -> Turn {
+        let auth = format!("Cloud-IDE-JWT {}", self.credential);
+        let resp = client::send(
+            Method::POST,
+            &format!("{base}{}", trae::PATH),
+            &[
+                ("content-type", "application/json"),
+                ("authorization", &auth),
+                ("x-ide-token", &self.credential),
+                ("x-session-id", &self.session),
+            ],
+            serde_json::to_vec(&trae::body(&self.messages)).unwrap(),
+        )
+        .await;
+        let mut problems = Vec::new();
+        let names = trae::event_names(&resp.body);
+        if names.iter().any(Option::is_none) {
+            problems.push(format!(
+                "an unnamed (OpenAI) event reached the TRAE agent: {}",
+                resp.text()
+            ));
+        }
+        let d = digest(&resp.body);
+        let error = match &d.end {
+            End::Error(seen) => Some(json!(format!("{:?}", seen.data))),
+            End::Done(_) => None,
+            End::Cut => {
+                problems.push(format!("the stream was cut: {}", resp.text()));
+                None
+            }
+        };
+        Turn {
+            sent_chars,
+            status: resp.status,
+            text: d.text,
+            error,
+            problems,
+        }
+    }
+
+    async fn qoder_turn(&self, base: &str, sent_chars: usize) -> Turn {
+        let resp = client::send(
+            Method::POST,
+            &format!("{base}{}", qoder::PATH),
+            &[
+                ("content-type", "application/json"),
+                ("cosy-user", &self.credential),
+                ("x-session-id", &self.session),
+            ],
+            serde_json::to_vec(&qoder::ask(&self.messages)).unwrap(),
+        )
+        .await;
+        let (text, done, errors) = qoder::read_answer(&resp.body);
+        let mut problems = Vec::new();
+        if !done {
+            problems.push(format!("not exactly one [DONE]: {}", resp.text()));
+        }
+        Turn {
+            sent_chars,
+            status: resp.status,
+            text,
+            error: errors.into_iter().next(),
+            problems,
+        }
+    }
+}
+
+/// About `chars` characters of varied notes for turn `n`.
+pub fn filler(n: usize, chars: usize) -> String {
+    const WORDS: [&str; 12] = [
+        "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
+        "juliet", "kilo", "lima",
+    ];
+    let mut s = format!("[note {n}] ");
+    let mut i = n;
+    while s.len() < chars {
+        s.push_str(WORDS[i % WORDS.len()]);
+        s.push(' ');
+        i = i.wrapping_mul(7).wrapping_add(3);
+    }
+    s
+}

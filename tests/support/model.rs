@@ -1,0 +1,292 @@
+//! A scripted *model* behind a shim, for the compression runs: it speaks
+//! the provider's wire (qoder envelopes, TRAE SOLO events, or plain OpenAI
+//! SSE), reports `prompt_tokens` = content characters / 4 as a real model
+//! would, and follows billion-context's nudges: when the last user message
+//! asks it to call `compress` and offers a range (`m00003–m00021`, or a
+//! block `b1`), it answers with a streamed `compress` tool call naming the
+//! first offered range. It can be told to refuse the next request as too
+//! long for its window (`overflow_next`), in its wire's own words.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{json, Value};
+
+use super::qoder;
+use super::upstream::{Recorded, Reply, Upstream};
+
+/// Which provider wire the model speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    Qoder,
+    Trae,
+    OpenAi,
+}
+
+/// What the model saw of one request.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// Message content characters (text and tool-call arguments).
+    pub chars: usize,
+    pub messages: usize,
+    /// The request carried a compress nudge and was answered with `compress`.
+    pub compressed: bool,
+    /// The request was refused as too long.
+    pub overflowed: bool,
+    /// Problems with the request, as the provider would see them.
+    pub problems: Vec<String>,
+}
+
+/// A running model upstream.
+#[derive(Clone)]
+pub struct Model {
+    pub upstream: Upstream,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    overflow: Arc<AtomicBool>,
+}
+
+/// The window the model names when it refuses a request as too long.
+pub const MODEL_WINDOW: u64 = 16_000;
+
+impl Model {
+    /// Starts a model speaking `wire`.
+    pub async fn start(wire: Wire) -> Model {
+        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let overflow = Arc::new(AtomicBool::new(false));
+        let (s, o) = (seen.clone(), overflow.clone());
+        let upstream = Upstream::start(move |r, n| answer(wire, r, n, &s, &o)).await;
+        Model {
+            upstream,
+            seen,
+            overflow,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        self.upstream.url()
+    }
+
+    /// Every request so far.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Refuse the next request as longer than the window.
+    pub fn overflow_next(&self) {
+        self.overflow.store(true, Ordering::SeqCst);
+    }
+}
+
+fn answer(
+    wire: Wire,
+    r: &Recorded,
+    n: usize,
+    seen: &Mutex<Vec<Seen>>,
+    overflow: &AtomicBool,
+) -> Reply {
+    let body = r.json();
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let chars = content_chars(&messages);
+    let prompt_tokens = (chars / 4) as u64;
+    let mut record = Seen {
+        chars,
+        messages: messages.len(),
+        compressed: false,
+        overflowed: false,
+        problems: problems(wire, r),
+    };
+    let reply = if overflow.swap(false, Ordering::SeqCst) {
+        record.overflowed = true;
+        too_long(wire, prompt_tokens)
+    } else if let Some((start, end)) = nudge_range(&messages) {
+        record.compressed = true;
+        let args = json!({"topic": "earlier turns", "content": [{"startId": start, "endId": end,
+            "summary": format!("The user and the assistant went through notes {start} to {end}.")}]})
+        .to_string();
+        tool_call(
+            wire,
+            &format!("call_c{n}"),
+            "compress",
+            &args,
+            prompt_tokens,
+        )
+    } else {
+        text(wire, &format!("Noted, reply {n}."), prompt_tokens)
+    };
+    seen.lock().unwrap().push(record);
+    reply
+}
+
+/// What the real provider would refuse in a request.
+fn problems(wire: Wire, r: &Recorded) -> Vec<String> {
+    match wire {
+        Wire::Trae => super::trae::check_request(r),
+        Wire::Qoder => {
+            let b = r.json();
+            let mut bad = Vec::new();
+            if !b["request_id"].is_string() || !b["business"].is_object() {
+                bad.push("the ask lost request_id or business".into());
+            }
+            if !b["tools"].is_array() {
+                bad.push("the ask has no tools".into());
+            }
+            bad
+        }
+        Wire::OpenAi => Vec::new(),
+    }
+}
+
+/// The text of a message's content: a string, or SOLO text parts.
+pub fn content_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// Content characters of a message list: text plus tool-call arguments.
+pub fn content_chars(messages: &[Value]) -> usize {
+    messages
+        .iter()
+        .map(|m| {
+            let args: usize = m["tool_calls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| {
+                    let f = if c["function"].is_object() {
+                        &c["function"]
+                    } else {
+                        &c["function_call"]
+                    };
+                    f["arguments"].as_str().map_or(0, |a| a.chars().count())
+                })
+                .sum();
+            content_text(&m["content"]).chars().count() + args
+        })
+        .sum()
+}
+
+/// The first range a compress nudge offers, if the last message is one.
+pub fn nudge_range(messages: &[Value]) -> Option<(String, String)> {
+    let last = messages.last()?;
+    if last["role"] != "user" {
+        return None;
+    }
+    offered_range(&content_text(&last["content"]))
+}
+
+/// The first range a nudge text offers: the first `mNNNNN–mNNNNN` (an en
+/// dash) under "Compressible ranges", else the block ids of a tier-2/3
+/// nudge's `Example: compress({ content: [{ startId: "b1", endId: "b2" …`.
+pub fn offered_range(text: &str) -> Option<(String, String)> {
+    if let Some(at) = text.find("Compressible ranges") {
+        let listed = &text[at..];
+        let is_ref = |s: &str| {
+            s.len() >= 6 && s.starts_with('m') && s.as_bytes()[1..6].iter().all(u8::is_ascii_digit)
+        };
+        return listed.match_indices('m').find_map(|(i, _)| {
+            let cand = &listed[i..];
+            let end = cand.get(6..)?.strip_prefix('\u{2013}')?;
+            (is_ref(cand) && is_ref(end)).then(|| (cand[..6].to_string(), end[..6].to_string()))
+        });
+    }
+    let example = &text[text.find("Example: compress(")?..];
+    let quoted = |key: &str| -> Option<String> {
+        let from = &example[example.find(key)? + key.len()..];
+        let from = from.trim_start_matches([':', ' ', '"']);
+        Some(from[..from.find('"')?].to_string())
+    };
+    Some((quoted("startId")?, quoted("endId")?))
+}
+
+fn text(wire: Wire, text: &str, prompt_tokens: u64) -> Reply {
+    match wire {
+        Wire::Qoder => qoder::answer(text, prompt_tokens),
+        Wire::Trae => super::trae::reply(&super::trae::answer(text, None, prompt_tokens)),
+        Wire::OpenAi => openai_sse(&[json!({"content": text})], "stop", prompt_tokens),
+    }
+}
+
+fn tool_call(wire: Wire, id: &str, name: &str, args: &str, prompt_tokens: u64) -> Reply {
+    match wire {
+        Wire::Trae => super::trae::reply(&super::trae::answer(
+            "",
+            Some((id, name, args)),
+            prompt_tokens,
+        )),
+        Wire::Qoder => {
+            let (a, b) = args.split_at(args.len() / 2);
+            let chunk = |delta: Value, finish: Value| {
+                json!({"id": "chatcmpl-q1", "object": "chat.completion.chunk", "created": 1, "model": "qmodel_38max",
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+                .to_string()
+            };
+            let (_, usage) = qoder::finish_and_usage(prompt_tokens);
+            Reply::sse()
+                .chunk(qoder::envelope(&qoder::role_chunk()))
+                .chunk(qoder::envelope(&chunk(
+                    json!({"tool_calls": [{"index": 0, "id": id, "type": "function", "function": {"name": name, "arguments": a}}]}),
+                    Value::Null,
+                )))
+                .chunk(qoder::envelope(&chunk(
+                    json!({"tool_calls": [{"index": 0, "function": {"arguments": b}}]}),
+                    Value::Null,
+                )))
+                .chunk(qoder::envelope(&chunk(json!({}), json!("tool_calls"))))
+                .chunk(qoder::envelope(&usage))
+                .chunk(qoder::envelope("[DONE]"))
+                .hold()
+        }
+        Wire::OpenAi => openai_sse(
+            &[
+                json!({"tool_calls": [{"index": 0, "id": id, "type": "function", "function": {"name": name, "arguments": args}}]}),
+            ],
+            "tool_calls",
+            prompt_tokens,
+        ),
+    }
+}
+
+/// The model's refusal of a request too long for its window.
+fn too_long(wire: Wire, prompt_tokens: u64) -> Reply {
+    let message = format!(
+        "The prompt is too long: {prompt_tokens} tokens, the limit of {MODEL_WINDOW} tokens"
+    );
+    match wire {
+        Wire::Trae => super::trae::reply(&super::trae::error_answer(4022, &message)),
+        Wire::Qoder => Reply::sse()
+            .chunk(qoder::error_envelope(
+                400,
+                &json!({"code": "400", "message": message}).to_string(),
+            ))
+            .end(),
+        Wire::OpenAi => Reply::json(
+            400,
+            &json!({"error": {"message": message, "code": "context_length_exceeded"}}).to_string(),
+        ),
+    }
+}
+
+fn openai_sse(deltas: &[Value], finish: &str, prompt_tokens: u64) -> Reply {
+    let frame = |v: Value| format!("data: {v}\n\n");
+    let chunk = |delta: Value, finish: Value| {
+        json!({"id": "chatcmpl-m", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    };
+    let mut r = Reply::sse().chunk(frame(chunk(json!({"role": "assistant"}), Value::Null)));
+    for d in deltas {
+        r = r.chunk(frame(chunk(d.clone(), Value::Null)));
+    }
+    r.chunk(frame(chunk(json!({}), json!(finish))))
+        .chunk(frame(json!({"id": "chatcmpl-m", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 5, "total_tokens": prompt_tokens + 5}})))
+        .chunk("data: [DONE]\n\n")
+        .end()
+}
