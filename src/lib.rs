@@ -1,25 +1,22 @@
 //! shimgate: a loopback gateway that lets a context-compression proxy work
 //! for providers whose wire it cannot read.
+//!
+//! One folder per concern, dependencies pointing one way (each uses only
+//! those above it): `config` (the validated config), `http` (bodies,
+//! headers, the upstream client), `chain` (the failover core), `app` (the
+//! state every listener shares: live config, rid registry, proxy identity,
+//! counters), `host` (the runtime side of each shim: ingress, return leg,
+//! codecs), `admin` (`/status`, `/metrics`, reload), `server` (listeners and
+//! dispatch), `cmd` (subcommands); `compressor` and `demo` sit on the side.
 
-pub mod aggregate;
+pub mod admin;
 pub mod app;
-pub mod body;
 pub mod chain;
-pub mod cli;
 pub mod clock;
+pub mod cmd;
 pub mod compressor;
 pub mod config;
 pub mod demo;
-pub mod exchange;
-pub mod frames;
-pub mod headers;
 pub mod host;
-pub mod identity;
-pub mod metrics;
-pub mod rid;
-pub mod router;
-pub mod serve;
+pub mod http;
 pub mod server;
-pub mod status;
-pub mod translate;
-pub mod upstream;

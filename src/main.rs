@@ -4,8 +4,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use shimgate::cli::{Cli, Command};
-use shimgate::serve;
+use shimgate::cmd::cli::{Cli, Command};
+use shimgate::cmd::serve;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -13,7 +13,9 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve { config } => serve::serve(config.as_deref()),
         Command::CheckConfig { file } => serve::check_config(&file),
-        Command::Frames { include_incomplete } => shimgate::frames::run_stdio(include_incomplete),
+        Command::Frames { include_incomplete } => {
+            shimgate::cmd::frames::run_stdio(include_incomplete)
+        }
         Command::Demo { turns, keep } => shimgate::demo::run(turns, keep, cli.log_format),
         Command::Compressor {
             listen,
@@ -28,6 +30,6 @@ fn main() -> ExitCode {
                 keep_turns,
             },
         ),
-        Command::Translate { shim, leg, check } => shimgate::translate::run(shim, leg, check),
+        Command::Translate { shim, leg, check } => shimgate::cmd::translate::run(shim, leg, check),
     }
 }

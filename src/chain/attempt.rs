@@ -14,9 +14,9 @@ use shimgate_shim_api::sse::SseParser;
 use shimgate_shim_api::{Failure, FailureCode, FrameClass, StreamTranslator};
 
 use super::{policy, BodyTx, CallSpec, ChainCtx};
+use crate::chain::latency::Latency;
 use crate::config::Route;
-use crate::headers;
-use crate::metrics::Latency;
+use crate::http::headers;
 
 /// Frames held back before the first content frame, at most. Role deltas,
 /// heartbeats and metadata are tiny; past 1 MiB without content the answer

@@ -21,6 +21,7 @@ mod response;
 pub use attempt::{error_chain, relay, sse_headers};
 pub use outbound::{FixedOutbound, Outbound, OutboundFuture};
 pub use response::{ChainError, ChainResponse};
+pub mod latency;
 pub mod policy;
 pub mod state;
 
@@ -36,9 +37,9 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
-use crate::body::{BoxError, ChannelBody};
 use crate::config::{Config, Ordering, RetryPolicy, Route, Timeouts};
-use crate::upstream::HttpClient;
+use crate::http::body::{BoxError, ChannelBody};
+use crate::http::client::HttpClient;
 use policy::RetryDecision;
 use state::{AttemptEntry, CallRecord, ChainState, Outcome, RouteReport};
 
@@ -330,7 +331,7 @@ async fn drive(ctx: ChainCtx, spec: CallSpec, mut head_tx: oneshot::Sender<Chain
                             .received
                             .elapsed()
                             .saturating_sub(committed.upstream_time);
-                        ctx.state.latency.overhead[crate::metrics::Latency::slot(spec.shim)]
+                        ctx.state.latency.overhead[crate::chain::latency::Latency::slot(spec.shim)]
                             .observe(overhead);
                     }
                     let _streaming = ctx.state.stream_started();
@@ -525,6 +526,18 @@ async fn drive(ctx: ChainCtx, spec: CallSpec, mut head_tx: oneshot::Sender<Chain
     warn!(shim = spec.shim, kind = spec.kind, "{}", error.message());
     let _ = head_tx.send(ChainResponse::Failed(error));
     log.finish(Outcome::Failed, Some(FailureCode::AutoRoutesExhausted));
+}
+
+/// Whether a JSON body marks a housekeeping call (`purpose` compaction or
+/// session-title): those pass straight through without failover.
+pub fn is_housekeeping(body: &[u8]) -> bool {
+    if memchr::memmem::find(body, b"\"purpose\"").is_none() {
+        return false;
+    }
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("purpose").and_then(|p| p.as_str()).map(str::to_owned))
+        .is_some_and(|p| p == "compaction" || p == "session-title")
 }
 
 fn report(

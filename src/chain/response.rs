@@ -7,7 +7,7 @@ use serde_json::json;
 use shimgate_shim_api::{Failure, FailureCode};
 
 use super::state::RouteReport;
-use crate::body::{self, Body, ChannelBody};
+use crate::http::body::{self, Body, ChannelBody};
 
 /// What a call produced.
 pub enum ChainResponse {

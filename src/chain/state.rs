@@ -13,9 +13,9 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::{json, Value};
 use shimgate_shim_api::FailureCode;
 
+use crate::chain::latency::Latency;
 use crate::clock::{epoch_ms, iso8601};
 use crate::config::{Ordering, OrderingMode, Route};
-use crate::metrics::Latency;
 
 /// Attempts kept in the ring log.
 pub const RING_CAPACITY: usize = 200;

@@ -179,7 +179,7 @@ pub async fn start(
         upstream,
         policy,
         stats: stats.clone(),
-        client: crate::upstream::client(CONNECT_TIMEOUT),
+        client: crate::http::client::client(CONNECT_TIMEOUT),
     });
     tokio::spawn(accept_loop(listener, shared, stop.clone()));
     Ok(Compressor { addr, stats, stop })

@@ -14,11 +14,11 @@ use tracing::{debug, warn};
 
 use super::rewrite::{self, Policy};
 use super::{Stats, FIRST_BYTE_TIMEOUT, MAX_BODY_BYTES};
-use crate::body::{self, Body, BoxError};
 use crate::chain::error_chain;
-use crate::headers;
-use crate::router::read_body;
-use crate::upstream::HttpClient;
+use crate::http::body::{self, Body, BoxError};
+use crate::http::client::HttpClient;
+use crate::http::headers;
+use crate::http::read::read_body;
 
 /// What every connection of one compressor shares.
 pub(super) struct Shared {

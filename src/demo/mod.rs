@@ -25,7 +25,7 @@ mod stack;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::cli::LogFormat;
+use crate::cmd::cli::LogFormat;
 use agent::{QoderAgent, TraeAgent};
 use report::ShimView;
 use stack::Stack;
@@ -58,7 +58,7 @@ pub fn run(turns: u32, keep: bool, log_format: LogFormat) -> ExitCode {
     };
     // Warnings only, unless `RUST_LOG` asks for more: the demo's own output
     // is its report.
-    let logs = crate::serve::log_subscriber(log_format, "warn");
+    let logs = crate::cmd::serve::log_subscriber(log_format, "warn");
     tracing::subscriber::with_default(logs, || runtime.block_on(demo(turns, keep)))
 }
 
@@ -123,7 +123,7 @@ async fn play(s: &Stack, turns: u32) -> Tally {
                 break;
             }
         };
-        let doc = crate::status::document(&s.running.app);
+        let doc = s.running.status();
         for (sum, key, n) in [
             (&mut tally.qoder_content, "qoderShim", q.len()),
             (&mut tally.trae_content, "traeShim", t.len()),
@@ -159,7 +159,7 @@ async fn demo(turns: u32, keep: bool) -> ExitCode {
     };
     print_intro(&stack, turns);
     let mut tally = play(&stack, turns).await;
-    let doc = crate::status::document(&stack.running.app);
+    let doc = stack.running.status();
     let (q, t) = (
         ShimView::read(&doc, "qoderShim"),
         ShimView::read(&doc, "traeShim"),

@@ -58,7 +58,7 @@ pub async fn start() -> Result<Stack, String> {
     // The compressor needs a shim's port and the shims need the compressor's:
     // start the shims first, then swap in the config that names it.
     let running = server::start(shim_config((&urls.0, &urls.1), None)?).await;
-    let status = crate::status::document(&running.app);
+    let status = running.status();
     let addr = |name: &str, key: &str| {
         running
             .addr(name)

@@ -22,20 +22,21 @@ use tracing::{info_span, warn, Instrument};
 use super::openai_error;
 use super::translators::Counting;
 use super::{Host, RID_HEADER, RID_QUERY};
+use crate::app::exchange;
+use crate::app::rid::{RidEntry, RidRegistry};
 use crate::app::{App, Live};
-use crate::body::{self, Body, BoxError, ChannelBody};
+use crate::chain::is_housekeeping;
 use crate::chain::{self, CallSpec, ChainResponse, TranslatorFactory};
 use crate::config::Config;
-use crate::exchange;
-use crate::headers;
-use crate::rid::{RidEntry, RidRegistry};
-use crate::router::{content_length, is_housekeeping, read_body};
+use crate::http::body::{self, Body, BoxError, ChannelBody};
+use crate::http::headers;
+use crate::http::read::{content_length, read_body};
 
 /// Agent headers passed on to the proxy: only ones that help it keep a
 /// session together (its conversation headers, unchanged). Credentials stay
 /// with shimgate (the return leg adds them back from the rid entry); in
 /// their place the proxy gets the agent's stable proxy identity as
-/// `Authorization` (its session key; [`crate::identity`]), and the rid in
+/// `Authorization` (its session key; [`crate::app::identity`]), and the rid in
 /// [`RID_HEADER`] (the path carries it too).
 fn forwarded_to_proxy(agent: &HeaderMap, rid: &str, identity: &str) -> HeaderMap {
     let mut h = HeaderMap::new();
@@ -351,5 +352,5 @@ async fn untouched(
     native: Bytes,
     received: std::time::Instant,
 ) -> Response<Body> {
-    crate::router::forward_raw(app, name, "fallback", parts, native, received).await
+    crate::host::passthrough::forward_raw(app, name, "fallback", parts, native, received).await
 }

@@ -6,12 +6,13 @@
 //! [`Host`] is generic over a protocol crate's [`Shim`]; [`ShimHost`] erases
 //! the type so the router can hold every shim in one list ([`all`]).
 
-mod codec;
+mod aggregate;
+pub mod codec;
 mod ingress;
 pub mod openai_error;
+pub mod passthrough;
 mod return_leg;
 pub mod translators;
-pub mod upstream;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,13 +24,13 @@ use hyper::body::Incoming;
 use serde_json::{json, Value};
 use shimgate_shim_api::Shim;
 
+use crate::app::exchange::Exchanges;
+use crate::app::rid::{RID_CAPACITY, RID_TTL};
 use crate::app::App;
-use crate::body::Body;
 use crate::config::Config;
-use crate::exchange::Exchanges;
-use crate::rid::{RID_CAPACITY, RID_TTL};
+use crate::http::body::Body;
+use codec::Upstreaming;
 use translators::RebuildStats;
-use upstream::Upstreaming;
 
 /// A boxed response future.
 pub type ResponseFuture = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
@@ -55,20 +56,35 @@ pub trait ShimHost: Send + Sync {
     fn status(&self, app: &App, config: &Config) -> serde_json::Map<String, Value>;
 }
 
+/// The hosted shims, by name.
+pub struct Shims(Vec<Arc<dyn ShimHost>>);
+
+impl Shims {
+    /// The shim called `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn ShimHost>> {
+        self.0.iter().find(|h| h.name() == name).cloned()
+    }
+
+    /// Every shim, in listing order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn ShimHost>> {
+        self.0.iter()
+    }
+}
+
 /// Every shim the runtime serves: adding a shim is one line here.
-pub fn all() -> Vec<Arc<dyn ShimHost>> {
-    vec![
+pub fn all() -> Shims {
+    Shims(vec![
         Arc::new(Host::new(
             shimgate_shim_qoder::QoderShim::new(),
-            upstream::QoderCodec::default(),
+            codec::QoderCodec::default(),
             "agentFrames",
         )),
         Arc::new(Host::new(
             shimgate_shim_trae::TraeShim::new(),
-            upstream::DirectJson,
+            codec::DirectJson,
             "soloFrames",
         )),
-    ]
+    ])
 }
 
 const UNKNOWN: u8 = 0;
@@ -250,7 +266,7 @@ pub fn proxy_identity<'h>(path: &str, headers: &'h http::HeaderMap) -> Option<&'
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .filter(|v| v.starts_with(crate::identity::IDENTITY_PREFIX))
+        .filter(|v| v.starts_with(crate::app::identity::IDENTITY_PREFIX))
 }
 
 #[cfg(test)]

@@ -21,10 +21,10 @@ use serde_json::{json, Map, Value};
 use shimgate_shim_api::sse::SseParser;
 use shimgate_shim_api::{Failure, FailureCode, FrameClass, StreamTranslator};
 
-use crate::body::{self, Body};
 use crate::chain::{ChainError, ChainResponse};
 use crate::config::Route;
-use crate::headers::Secrets;
+use crate::http::body::{self, Body};
+use crate::http::headers::Secrets;
 
 /// An error body the ingress reads back is at most this large (the native
 /// answer inside is bounded by the chain's 1 MiB hold and error limits).

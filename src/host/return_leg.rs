@@ -14,15 +14,16 @@ use shimgate_shim_api::sse::SseParser;
 use shimgate_shim_api::Shim;
 use tracing::{info_span, warn, Instrument};
 
+use super::aggregate::Aggregate;
 use super::openai_error::{self, ErrorContext};
 use super::Host;
-use crate::aggregate::Aggregate;
+use crate::app::exchange;
 use crate::app::App;
-use crate::body::{self, Body};
+use crate::chain::is_housekeeping;
 use crate::chain::{self, CallSpec, ChainResponse, TranslatorFactory};
-use crate::exchange;
-use crate::headers::Secrets;
-use crate::router::{content_length, is_housekeeping, read_body};
+use crate::http::body::{self, Body};
+use crate::http::headers::Secrets;
+use crate::http::read::{content_length, read_body};
 
 /// bili leaves requests with `max_tokens <= 200` alone (title generation
 /// and the like): they are side requests, not the agent's turns.

@@ -20,8 +20,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::body::{self, Body, ChannelBody};
-use crate::router::read_body;
+use crate::http::body::{self, Body, ChannelBody};
+use crate::http::read::read_body;
 
 /// Longest a provider holds a connection open after its last frame (the
 /// real qoder gateway does; shimgate must stop reading at the sentinel and

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::HeaderMap;
 
-use crate::exchange::MessageSummary;
+use crate::app::exchange::MessageSummary;
 
 /// How long an entry lives.
 pub const RID_TTL: Duration = Duration::from_secs(120);

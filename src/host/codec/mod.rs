@@ -11,10 +11,12 @@ use http_body_util::Full;
 use serde_json::{json, Value};
 use shimgate_shim_api::{Failure, FailureCode};
 
-use super::codec::ExecCodec;
+mod exec;
+
 use crate::chain::{FixedOutbound, Outbound, OutboundFuture};
 use crate::config::{Codec, Config, Route};
-use crate::headers;
+use crate::http::headers;
+use exec::ExecCodec;
 
 /// Builds the outbound request of a native body.
 pub trait Upstreaming: Send + Sync + 'static {

@@ -3,72 +3,13 @@
 //! Prometheus text exposition format.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::app::{App, SHIM_COUNTERS};
+use crate::chain::latency::Latency;
 use crate::config::SHIM_NAMES;
-
-/// Bucket upper bounds in seconds: fine below a millisecond, where the
-/// overhead shimgate adds lives, coarse above, where upstreams live.
-pub const BUCKETS: [f64; 18] = [
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-    5.0, 10.0, 30.0, 60.0,
-];
-
-/// A fixed-bucket histogram with lock-free observation.
-#[derive(Debug, Default)]
-pub struct Histogram {
-    counts: [AtomicU64; BUCKETS.len()],
-    count: AtomicU64,
-    /// Sum in microseconds (integer, so it can be atomic).
-    sum_micros: AtomicU64,
-}
-
-impl Histogram {
-    /// Records one observation.
-    pub fn observe(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        if let Some(i) = BUCKETS.iter().position(|b| secs <= *b) {
-            self.counts[i].fetch_add(1, Ordering::Relaxed);
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_micros
-            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
-    }
-
-    fn write(&self, out: &mut String, name: &str, labels: &str) {
-        let mut cumulative = 0;
-        for (i, le) in BUCKETS.iter().enumerate() {
-            cumulative += self.counts[i].load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
-        }
-        let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
-        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
-        let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
-    }
-}
-
-/// Latency histograms per shim.
-#[derive(Debug, Default)]
-pub struct Latency {
-    /// Time from sending an upstream request to its response head.
-    pub first_byte: [Histogram; 2],
-    /// Time shimgate adds to a call that succeeded on its first try:
-    /// everything but the upstream's own time to first content.
-    pub overhead: [Histogram; 2],
-}
-
-impl Latency {
-    /// The histogram slot of a shim.
-    pub fn slot(shim: &str) -> usize {
-        SHIM_NAMES.iter().position(|n| *n == shim).unwrap_or(0)
-    }
-}
+use crate::host::Shims;
 
 /// Escapes a label value.
 fn label(v: &str) -> String {
@@ -83,9 +24,9 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 }
 
 /// The whole exposition.
-pub fn render(app: &App) -> String {
+pub fn render(app: &App, shims: &Shims) -> String {
     let mut out = String::with_capacity(8192);
-    let status = crate::status::document(app);
+    let status = super::status::document(app, shims);
     for counter in SHIM_COUNTERS {
         let name = format!("shimgate_{}_total", snake(counter));
         header(
@@ -293,19 +234,6 @@ fn snake(camel: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn histogram_buckets_are_cumulative() {
-        let h = Histogram::default();
-        h.observe(Duration::from_micros(50));
-        h.observe(Duration::from_millis(3));
-        let mut out = String::new();
-        h.write(&mut out, "x", "shim=\"q\"");
-        assert!(out.contains("x_bucket{shim=\"q\",le=\"0.0001\"} 1"));
-        assert!(out.contains("x_bucket{shim=\"q\",le=\"0.005\"} 2"));
-        assert!(out.contains("x_bucket{shim=\"q\",le=\"+Inf\"} 2"));
-        assert!(out.contains("x_count{shim=\"q\"} 2"));
-    }
 
     #[test]
     fn counter_names_are_snake_case() {

@@ -18,7 +18,9 @@ use tracing::{error, info, warn};
 
 use crate::app::App;
 use crate::config::{Config, SHIM_NAMES};
-use crate::router;
+use crate::host::{self, Shims};
+
+mod dispatch;
 
 /// How long in-flight streams may run on after a shutdown signal before they
 /// are ended with a final error frame.
@@ -30,6 +32,7 @@ const FLUSH_AFTER_HARD_STOP: Duration = Duration::from_secs(2);
 /// A running set of listeners.
 pub struct Running {
     pub app: Arc<App>,
+    pub shims: Arc<Shims>,
     addrs: BTreeMap<&'static str, SocketAddr>,
     accepting: CancellationToken,
     accept_loops: JoinSet<()>,
@@ -40,6 +43,11 @@ impl Running {
     /// The bound address of a shim's listener (`None` if it did not start).
     pub fn addr(&self, shim: &str) -> Option<SocketAddr> {
         self.addrs.get(shim).copied()
+    }
+
+    /// The `/status` document.
+    pub fn status(&self) -> serde_json::Value {
+        crate::admin::status::document(&self.app, &self.shims)
     }
 
     /// Stops accepting, lets streams finish up to `grace`, then ends the
@@ -76,6 +84,7 @@ impl Running {
 /// cannot bind is reported (log and `startError`) and the others keep going.
 pub async fn start(config: Config) -> Running {
     let app = App::new(config);
+    let shims = Arc::new(host::all());
     let config = app.config();
     let accepting = CancellationToken::new();
     let graceful = Arc::new(GracefulShutdown::new());
@@ -100,6 +109,7 @@ pub async fn start(config: Config) -> Running {
                 }
                 accept_loops.spawn(accept_loop(
                     app.clone(),
+                    shims.clone(),
                     name,
                     listener,
                     accepting.clone(),
@@ -121,6 +131,7 @@ pub async fn start(config: Config) -> Running {
     }
     Running {
         app,
+        shims,
         addrs,
         accepting,
         accept_loops,
@@ -130,6 +141,7 @@ pub async fn start(config: Config) -> Running {
 
 async fn accept_loop(
     app: Arc<App>,
+    shims: Arc<Shims>,
     shim: &'static str,
     listener: TcpListener,
     accepting: CancellationToken,
@@ -152,10 +164,10 @@ async fn accept_loop(
             }
         };
         let _ = stream.set_nodelay(true);
-        let app = app.clone();
+        let (app, shims) = (app.clone(), shims.clone());
         let service = service_fn(move |req| {
-            let app = app.clone();
-            async move { Ok::<_, Infallible>(router::handle(app, shim, req).await) }
+            let (app, shims) = (app.clone(), shims.clone());
+            async move { Ok::<_, Infallible>(dispatch::handle(app, shims, shim, req).await) }
         });
         let conn = hyper::server::conn::http1::Builder::new()
             .keep_alive(true)

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use shimgate_shim_api::sse::SseParser;
 use shimgate_shim_api::{FrameClass, StreamTranslator};
 
-use crate::cli::{Leg, ShimName};
+use crate::cmd::cli::{Leg, ShimName};
 
 fn translator(shim: ShimName, leg: Leg) -> Box<dyn StreamTranslator> {
     let request = json!({"stream": true});

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use tracing::{error, info, warn};
 use tracing_subscriber::util::SubscriberInitExt;
 
-use crate::cli::LogFormat;
+use crate::cmd::cli::LogFormat;
 use crate::config::{Config, ConfigError, DEFAULT_CONFIG_FILE};
 use crate::server::{self, SHUTDOWN_GRACE};
 

@@ -5,21 +5,22 @@ use serde_json::{json, Value};
 
 use crate::app::App;
 use crate::config::Config;
+use crate::host::Shims;
 
 /// The whole document.
-pub fn document(app: &App) -> Value {
+pub fn document(app: &App, shims: &Shims) -> Value {
     let config = app.config();
     json!({
         "version": env!("CARGO_PKG_VERSION"),
         "uptimeMs": app.started.elapsed().as_millis() as u64,
         "config": app.config_status(),
-        "qoderShim": shim(app, &config, "qoder"),
-        "traeShim": shim(app, &config, "trae"),
+        "qoderShim": shim(app, shims, &config, "qoder"),
+        "traeShim": shim(app, shims, &config, "trae"),
         "chain": chain(app, &config),
     })
 }
 
-fn shim(app: &App, config: &Config, name: &str) -> Value {
+fn shim(app: &App, shims: &Shims, config: &Config, name: &str) -> Value {
     let Some(shim) = config.shim(name) else {
         return Value::Null;
     };
@@ -27,7 +28,7 @@ fn shim(app: &App, config: &Config, name: &str) -> Value {
         .shim_stats(name)
         .base_json(shim.enabled, &shim.listen.to_string());
     m.insert("compressor".into(), json!(config.compressor_for(name)));
-    if let Some(host) = app.host(name) {
+    if let Some(host) = shims.get(name) {
         m.extend(host.status(app, config));
     }
     m.insert(

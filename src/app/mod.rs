@@ -1,5 +1,10 @@
 //! The state every listener shares: the live config (swapped whole on
-//! reload), the upstream client, the chain's memory, and per-shim status.
+//! reload), the upstream client, the chain's memory, the rid registry, the
+//! proxy identity, and per-shim status.
+
+pub mod exchange;
+pub mod identity;
+pub mod rid;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
@@ -13,10 +18,9 @@ use crate::chain::state::ChainState;
 use crate::chain::ChainCtx;
 use crate::clock::{epoch_ms, iso8601};
 use crate::config::{Config, ConfigError, SHIM_NAMES};
-use crate::host::{self, ShimHost};
-use crate::identity::ProxyIdentity;
-use crate::rid::RidRegistry;
-use crate::upstream::{self, HttpClient};
+use crate::http::client::{self, HttpClient};
+use identity::ProxyIdentity;
+use rid::RidRegistry;
 
 /// A config together with the client built for its timeouts; replaced whole
 /// on reload so a request sees one consistent snapshot.
@@ -145,13 +149,12 @@ pub struct App {
     pub rids: RidRegistry,
     /// What the compression proxy sees as each agent's `Authorization`.
     pub identity: ProxyIdentity,
-    hosts: Vec<Arc<dyn ShimHost>>,
 }
 
 impl App {
     /// State for a validated config.
     pub fn new(config: Config) -> Arc<App> {
-        let client = upstream::client(config.timeouts.connect);
+        let client = client::client(config.timeouts.connect);
         let identity = ProxyIdentity::load_or_create(&config.state_dir);
         Arc::new(App {
             live: RwLock::new(Arc::new(Live {
@@ -168,13 +171,7 @@ impl App {
             reload: Mutex::default(),
             rids: RidRegistry::default(),
             identity,
-            hosts: host::all(),
         })
-    }
-
-    /// The hosted shim called `name`.
-    pub fn host(&self, name: &str) -> Option<Arc<dyn ShimHost>> {
-        self.hosts.iter().find(|h| h.name() == name).cloned()
     }
 
     /// The live snapshot.
@@ -207,7 +204,7 @@ impl App {
     /// Swaps in a validated config (the next request uses it; streams in
     /// flight keep the snapshot they started with).
     pub fn replace_config(&self, config: Config) -> Arc<Config> {
-        let client = upstream::client(config.timeouts.connect);
+        let client = client::client(config.timeouts.connect);
         let config = Arc::new(config);
         *self.live.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Live {
             config: config.clone(),

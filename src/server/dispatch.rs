@@ -1,0 +1,76 @@
+//! Request dispatch on a shim listener: the admin endpoints, then the
+//! return legs (any shim's, on every listener), then the shim's own
+//! inference path, then pass-through of everything else through the chain.
+
+use std::sync::Arc;
+
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+
+use crate::admin;
+use crate::app::App;
+use crate::host::{self, passthrough, Shims};
+use crate::http::body::{self, Body};
+use crate::http::read::{content_length, read_body};
+
+/// Handles one request on the listener of `shim`.
+pub async fn handle(
+    app: Arc<App>,
+    shims: Arc<Shims>,
+    shim: &'static str,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let path = req.uri().path();
+    if let Some(resp) = admin::handle(&app, &shims, req.method(), path) {
+        return resp;
+    }
+    if let Some((name, rid)) = host::return_leg_path(path) {
+        if let Some(h) = shims.get(name) {
+            let rid = rid.to_string();
+            return h.return_leg(app, rid, req).await;
+        }
+    }
+    let carried = host::carried_rid(path, req.uri().query(), req.headers()).or_else(|| {
+        // A proxy that forwards only `Authorization` on its own calls
+        // (context-guardian's summary): the newest live rid of that agent.
+        let identity = host::proxy_identity(path, req.headers())?;
+        app.rids.newest_for(identity).map(|e| e.rid.clone())
+    });
+    if let Some(rid) = carried {
+        // A proxy that compresses one fixed path: the rid names the shim.
+        let shim_of_rid = app.rids.get(&rid).map(|e| e.shim);
+        return match shim_of_rid.and_then(|name| shims.get(name)) {
+            Some(h) => h.return_leg(app, rid, req).await,
+            None => body::error_response(
+                StatusCode::GONE,
+                "RID_GONE",
+                &format!(
+                    "rid {rid} is unknown or expired (entries live 120 s, the newest 256 are kept)"
+                ),
+            ),
+        };
+    }
+    let path_and_query = req.uri().path_and_query().map_or(path, |p| p.as_str());
+    if let Some(h) = shims.get(shim) {
+        if h.is_inference(req.method().as_str(), path_and_query) {
+            return h.ingress(app, req).await;
+        }
+    }
+    forward(app, shim, req).await
+}
+
+/// Forwards a request the shim does not intercept, byte for byte, through
+/// the chain with the shim's routes.
+async fn forward(app: Arc<App>, shim: &'static str, req: Request<Incoming>) -> Response<Body> {
+    let received = std::time::Instant::now();
+    let limit = app.config().max_body_bytes;
+    let declared = content_length(&req);
+    let (parts, incoming) = req.into_parts();
+    let bytes = match read_body(incoming, declared, limit).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
+    let span = tracing::info_span!("passthrough", shim);
+    let forward = passthrough::forward_raw(&app, shim, "passthrough", parts, bytes, received);
+    tracing::Instrument::instrument(forward, span).await
+}
