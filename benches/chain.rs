@@ -42,9 +42,6 @@ mod agent;
 #[allow(dead_code)]
 #[path = "load/stats.rs"]
 mod stats;
-#[allow(dead_code)]
-#[path = "load/upstream.rs"]
-mod upstream;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -53,10 +50,10 @@ use bytes::Bytes;
 use criterion::{criterion_group, Criterion};
 use http::Method;
 use shimgate::config::Config;
+use shimgate_testkit::upstream::{self, Options, Reply, Upstream};
 
 use agent::{collect, Conn};
 use stats::{us, Summary};
-use upstream::{Reply, Upstream};
 
 /// A path no shim intercepts: it goes through the chain byte for byte.
 const PATH: &str = "/api/ide/v1/get_detail_param";
@@ -78,8 +75,12 @@ impl Rig {
             .enable_all()
             .build()
             .unwrap();
-        let up = client_rt.block_on(Upstream::start(None, |_| {
-            Reply::json(
+        let unrecorded = Options {
+            record: false,
+            ..Options::default()
+        };
+        let up = client_rt.block_on(Upstream::start_with(unrecorded, |_, _| {
+            Reply::json_sized(
                 200,
                 &[],
                 "{\"detail\":{\"model\":\"glm-5.3\",\"window\":1000000,\"ok\":true}}",

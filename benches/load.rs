@@ -10,7 +10,7 @@
 //! `--streams N` `--seconds S` (soak per leg) `--turns N` `--path
 //! compressor|bare|direct|both` `--phases soak,latency,streams`
 //! `--big-streams N` `--streams-direct` `--samples N` `--seed N`
-//! `--question-chars N`.
+//! `--question-chars N` (`-- --help` describes them).
 //! `SHIMGATE_BIN` overrides the binary.
 //! Figures and method: `benches/README.md`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -41,8 +41,6 @@ mod soak;
 mod stats;
 #[path = "load/streams.rs"]
 mod streams;
-#[path = "load/upstream.rs"]
-mod upstream;
 #[path = "load/wire.rs"]
 mod wire;
 
@@ -62,12 +60,12 @@ fn main() -> ExitCode {
         println!("load: skipped (run it with `cargo bench --bench load`)");
         return ExitCode::SUCCESS;
     }
-    let args = args::Args::parse(argv.into_iter().skip(1));
+    let args = args::Args::parse(argv);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
-    upstream::origin();
+    shimgate_testkit::upstream::origin();
     let ok = runtime.block_on(report::run(args));
     if ok {
         ExitCode::SUCCESS

@@ -21,6 +21,17 @@
 //! of their own. Earlier runs on a machine shared with other builds: 5.0×,
 //! 1.2×, 2.2× and 5.1×, 1.4×, 2.7×.
 //!
+//! 2026-12-01, with a typed, borrowed serde version added (see `typed` and
+//! `serde_restore` below): two criterion runs (`-- --warm-up-time 1
+//! --measurement-time 3`), 2 cores shared with other engineers' builds
+//! (load average 2.5–2.9; `lscpu` "Intel(R) Xeon(R) Processor"), medians:
+//!
+//! | bench | shim | typed serde | naive `Value` | typed / shim |
+//! |---|---|---|---|---|
+//! | convert | 1.08–1.18 ms, 297–325 MiB/s | 1.98–1.99 ms, 177–178 MiB/s | 5.5–6.2 ms | 1.67–1.84× |
+//! | fold | 0.90–0.94 ms | (none, see `benches/README.md`) | 1.02–1.03 ms | |
+//! | restore | 0.272–0.274 ms, 2.7 GiB/s | 0.448–0.452 ms, 1.6 GiB/s | 0.99–1.01 ms | 1.65× |
+//!
 //! Fold has to build two owned `Value`s (the contract keeps the parsed
 //! original and hands the proxy an OpenAI `Value`), exactly what the naive
 //! version builds, so parsing dominates both and there is little to win;
@@ -190,6 +201,542 @@ fn naive_convert(chunks: &[Bytes], model: &str) -> usize {
     total
 }
 
+/// The typed, borrowed serde version of the same conversion: each `output`
+/// frame deserialised into a `#[derive(Deserialize)]` struct (`Cow<str>`
+/// text borrowed when it has no escape, unknown members kept by
+/// `#[serde(flatten)]`), every chunk a `#[derive(Serialize)]` struct written
+/// with `serde_json::to_writer`, a carried event's data embedded as a
+/// `&RawValue` after a [`typed::Valid`] pass (`RawValue` alone lets `1e400`
+/// and lone surrogates through, which the proxy's parser refuses).
+mod typed {
+    use std::borrow::Cow;
+
+    use bytes::{BufMut, BytesMut};
+    use serde::de::{self, Deserializer, IgnoredAny, Visitor};
+    use serde::{Deserialize, Serialize};
+    use serde_json::value::RawValue;
+    use serde_json::{Map, Value};
+    use shimgate_shim_api::sse::{SseEvent, DONE_FRAME};
+
+    /// Accepts exactly the text `serde_json::Value` accepts, building
+    /// nothing: `deserialize_any` parses every number and decodes every
+    /// string, where `IgnoredAny` and `RawValue` only skip them.
+    pub struct Valid;
+
+    impl<'de> Deserialize<'de> for Valid {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Valid, D::Error> {
+            d.deserialize_any(Valid)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Valid {
+        type Value = Valid;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Valid, E> {
+            Ok(Valid)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Valid, E> {
+            Ok(Valid)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Valid, E> {
+            Ok(Valid)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Valid, E> {
+            Ok(Valid)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Valid, E> {
+            Ok(Valid)
+        }
+        fn visit_unit<E>(self) -> Result<Valid, E> {
+            Ok(Valid)
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Valid, A::Error> {
+            while seq.next_element::<Valid>()?.is_some() {}
+            Ok(Valid)
+        }
+        fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Valid, A::Error> {
+            while map.next_entry::<IgnoredAny, Valid>()?.is_some() {}
+            Ok(Valid)
+        }
+    }
+
+    /// A SOLO `output` frame.
+    #[derive(Deserialize)]
+    struct Output<'a> {
+        #[serde(borrow, default)]
+        response: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        reasoning_content: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        tool_calls: Option<OneOrMany<'a>>,
+        #[serde(flatten)]
+        extra: Map<String, Value>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany<'a> {
+        #[serde(borrow)]
+        Many(Vec<SoloCall<'a>>),
+        #[serde(borrow)]
+        One(Box<SoloCall<'a>>),
+    }
+
+    #[derive(Deserialize)]
+    struct SoloCall<'a> {
+        index: Option<u64>,
+        #[serde(borrow)]
+        id: Option<Cow<'a, str>>,
+        #[serde(rename = "type", borrow)]
+        kind: Option<Cow<'a, str>>,
+        #[serde(alias = "function", borrow)]
+        function_call: Option<SoloFunction<'a>>,
+        #[serde(flatten)]
+        extra: Map<String, Value>,
+    }
+
+    #[derive(Deserialize)]
+    struct SoloFunction<'a> {
+        #[serde(borrow)]
+        name: Option<Cow<'a, str>>,
+        #[serde(borrow)]
+        arguments: Option<Cow<'a, str>>,
+        #[serde(flatten)]
+        extra: Map<String, Value>,
+    }
+
+    #[derive(Deserialize)]
+    struct SoloUsage {
+        #[serde(alias = "input_tokens")]
+        prompt_tokens: Option<u64>,
+        #[serde(alias = "output_tokens")]
+        completion_tokens: Option<u64>,
+        total_tokens: Option<u64>,
+        reasoning_tokens: Option<u64>,
+        #[serde(alias = "cache_read_tokens")]
+        cached_tokens: Option<u64>,
+    }
+
+    #[derive(Deserialize)]
+    struct Done<'a> {
+        #[serde(borrow)]
+        finish_reason: Option<Cow<'a, str>>,
+    }
+
+    #[derive(Serialize)]
+    struct Chunk<'a, D: Serialize, X: Serialize> {
+        id: &'a str,
+        object: &'static str,
+        created: u64,
+        model: &'a str,
+        choices: &'a [Choice<D>],
+        #[serde(skip_serializing_if = "Option::is_none")]
+        usage: Option<&'a Usage>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        x_solo: Option<X>,
+    }
+
+    #[derive(Serialize)]
+    struct Choice<D: Serialize> {
+        index: u32,
+        delta: D,
+        finish_reason: Option<String>,
+    }
+
+    #[derive(Serialize, Default)]
+    struct Delta<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        role: Option<&'static str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        content: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reasoning_content: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tool_calls: Option<Vec<Call<'a>>>,
+    }
+
+    #[derive(Serialize)]
+    struct Call<'a> {
+        index: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<&'a str>,
+        #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+        kind: Option<&'a str>,
+        function: Function<'a>,
+    }
+
+    #[derive(Serialize)]
+    struct Function<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        name: Option<&'a str>,
+        arguments: &'a str,
+    }
+
+    #[derive(Serialize)]
+    struct Carried<'a> {
+        event: Option<Cow<'a, str>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<Cow<'a, str>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        retry: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        data: Option<&'a RawValue>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        text: Option<Cow<'a, str>>,
+    }
+
+    #[derive(Serialize, Default)]
+    struct OutputExt<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<Cow<'a, str>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        retry: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        output: Option<&'a Map<String, Value>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        continues: Option<bool>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tools: Option<Vec<Option<Value>>>,
+    }
+
+    #[derive(Serialize)]
+    pub struct Usage {
+        prompt_tokens: u64,
+        completion_tokens: u64,
+        total_tokens: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        completion_tokens_details: Option<Details>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        prompt_tokens_details: Option<Cached>,
+    }
+
+    #[derive(Serialize)]
+    struct Details {
+        reasoning_tokens: u64,
+    }
+
+    #[derive(Serialize)]
+    struct Cached {
+        cached_tokens: u64,
+    }
+
+    /// The return leg, typed.
+    pub struct ToOpenAi<'m> {
+        pub id: &'m str,
+        pub created: u64,
+        pub model: &'m str,
+        last_id: Option<bytes::Bytes>,
+        named_call: bool,
+        usage: Option<Usage>,
+    }
+
+    fn lossy(b: &[u8]) -> Cow<'_, str> {
+        String::from_utf8_lossy(b)
+    }
+
+    impl<'m> ToOpenAi<'m> {
+        pub fn new(id: &'m str, created: u64, model: &'m str) -> Self {
+            ToOpenAi {
+                id,
+                created,
+                model,
+                last_id: None,
+                named_call: false,
+                usage: None,
+            }
+        }
+
+        fn write<D: Serialize, X: Serialize>(
+            &self,
+            out: &mut BytesMut,
+            choices: &[Choice<D>],
+            usage: Option<&Usage>,
+            x_solo: Option<X>,
+        ) {
+            let chunk = Chunk {
+                id: self.id,
+                object: "chat.completion.chunk",
+                created: self.created,
+                model: self.model,
+                choices,
+                usage,
+                x_solo,
+            };
+            out.put_slice(b"data: ");
+            let start = out.len();
+            let _ = serde_json::to_writer(out.writer(), &chunk);
+            // Raw data may hold line breaks between tokens; the serialiser
+            // writes none of its own, so each one is whitespace.
+            if memchr::memchr2(b'\n', b'\r', &out[start..]).is_some() {
+                for b in &mut out[start..] {
+                    if matches!(*b, b'\n' | b'\r') {
+                        *b = b' ';
+                    }
+                }
+            }
+            out.put_slice(b"\n\n");
+        }
+
+        fn carrier(&mut self, ev: &SseEvent, out: &mut BytesMut) {
+            self.last_id = ev.id.clone();
+            let valid = serde_json::from_slice::<Valid>(&ev.data).is_ok();
+            let data = valid
+                .then(|| serde_json::from_slice::<&RawValue>(&ev.data).ok())
+                .flatten();
+            let carried = Carried {
+                event: ev.event.as_deref().map(lossy),
+                id: ev.id.as_deref().map(lossy),
+                retry: ev.retry,
+                data,
+                text: data.is_none().then(|| lossy(&ev.data)),
+            };
+            let delta = Delta {
+                role: Some("assistant"),
+                content: Some(""),
+                ..Delta::default()
+            };
+            self.write(
+                out,
+                &[Choice {
+                    index: 0,
+                    delta,
+                    finish_reason: None,
+                }],
+                None,
+                Some(carried),
+            );
+        }
+
+        fn output(&mut self, ev: &SseEvent, out: &mut BytesMut) {
+            let Ok(o) = serde_json::from_slice::<Output>(&ev.data) else {
+                return self.carrier(ev, out);
+            };
+            let text = o.response.as_deref().filter(|s| !s.is_empty());
+            let reasoning = o.reasoning_content.as_deref().filter(|s| !s.is_empty());
+            let calls: Vec<SoloCall> = match o.tool_calls {
+                Some(OneOrMany::Many(c)) => c,
+                Some(OneOrMany::One(c)) => vec![*c],
+                None => Vec::new(),
+            };
+            let some = |s: &Option<Cow<str>>| s.as_deref().is_some_and(|s| !s.is_empty());
+            let call_content = calls.iter().any(|c| {
+                some(&c.id)
+                    || c.function_call
+                        .as_ref()
+                        .is_some_and(|f| some(&f.name) || some(&f.arguments))
+            });
+            if text.is_none() && reasoning.is_none() && !call_content {
+                return self.carrier(ev, out);
+            }
+            self.named_call |= calls
+                .iter()
+                .any(|c| c.function_call.as_ref().is_some_and(|f| some(&f.name)));
+            let mut ext = OutputExt::default();
+            if ev.id != self.last_id {
+                ext.id = Some(lossy(ev.id.as_deref().unwrap_or_default()));
+                self.last_id = ev.id.clone();
+            }
+            ext.retry = ev.retry;
+            ext.output = (!o.extra.is_empty()).then_some(&o.extra);
+            let openai_calls: Vec<Call> = calls
+                .iter()
+                .enumerate()
+                .map(|(pos, c)| {
+                    let f = c.function_call.as_ref();
+                    let id = c.id.as_deref().filter(|s| !s.is_empty());
+                    Call {
+                        index: c.index.unwrap_or(pos as u64),
+                        id,
+                        kind: id.map(|_| c.kind.as_deref().unwrap_or("function")),
+                        function: Function {
+                            name: f.and_then(|f| f.name.as_deref()).filter(|s| !s.is_empty()),
+                            arguments: f.and_then(|f| f.arguments.as_deref()).unwrap_or(""),
+                        },
+                    }
+                })
+                .collect();
+            let extras = calls.iter().any(|c| {
+                !c.extra.is_empty()
+                    || c.function_call
+                        .as_ref()
+                        .is_some_and(|f| !f.extra.is_empty())
+            });
+            let tools_ext = extras.then(|| {
+                calls
+                    .iter()
+                    .map(|c| {
+                        let fx = c
+                            .function_call
+                            .as_ref()
+                            .map(|f| &f.extra)
+                            .filter(|x| !x.is_empty());
+                        if c.extra.is_empty() && fx.is_none() {
+                            return None;
+                        }
+                        let mut entry = c.extra.clone();
+                        if let Some(fx) = fx {
+                            entry.insert("function_call".into(), Value::Object(fx.clone()));
+                        }
+                        Some(Value::Object(entry))
+                    })
+                    .collect()
+            });
+            let mut delta = Delta {
+                content: text,
+                reasoning_content: reasoning,
+                ..Delta::default()
+            };
+            let has_calls = !openai_calls.is_empty();
+            if (text.is_some() || reasoning.is_some()) && has_calls {
+                // Text and tool calls of one frame go as two chunks.
+                ext.continues = Some(true);
+                let first = std::mem::take(&mut ext);
+                self.write(
+                    out,
+                    &[Choice {
+                        index: 0,
+                        delta,
+                        finish_reason: None,
+                    }],
+                    None,
+                    Some(first),
+                );
+                delta = Delta::default();
+            }
+            if has_calls {
+                delta.tool_calls = Some(openai_calls);
+            }
+            ext.tools = tools_ext;
+            let empty = ext.id.is_none()
+                && ext.retry.is_none()
+                && ext.output.is_none()
+                && ext.continues.is_none()
+                && ext.tools.is_none();
+            self.write(
+                out,
+                &[Choice {
+                    index: 0,
+                    delta,
+                    finish_reason: None,
+                }],
+                None,
+                (!empty).then_some(ext),
+            );
+        }
+
+        fn finish(&mut self, ev: Option<&SseEvent>, out: &mut BytesMut) {
+            let mut reason = String::from("stop");
+            if let Some(ev) = ev {
+                self.carrier(ev, out);
+                if let Ok(Done {
+                    finish_reason: Some(r),
+                }) = serde_json::from_slice(&ev.data)
+                {
+                    reason = r.into_owned();
+                }
+            }
+            if self.named_call {
+                reason = String::from("tool_calls");
+            }
+            self.write::<_, ()>(
+                out,
+                &[Choice {
+                    index: 0,
+                    delta: Delta::default(),
+                    finish_reason: Some(reason),
+                }],
+                None,
+                None,
+            );
+            if let Some(usage) = &self.usage {
+                self.write::<Delta, ()>(out, &[], Some(usage), None);
+            }
+            out.put_slice(DONE_FRAME);
+        }
+
+        /// One SOLO event (the kinds the benched stream holds, plus a bare
+        /// `[DONE]`).
+        pub fn event(&mut self, ev: &SseEvent, out: &mut BytesMut) {
+            match ev.event.as_deref().unwrap_or_default() {
+                b"output" => self.output(ev, out),
+                b"done" => self.finish(Some(ev), out),
+                b"token_usage" => {
+                    self.carrier(ev, out);
+                    if let Ok(u) = serde_json::from_slice::<SoloUsage>(&ev.data) {
+                        let prompt = u.prompt_tokens.unwrap_or(0);
+                        let completion = u.completion_tokens.unwrap_or(0);
+                        self.usage = Some(Usage {
+                            prompt_tokens: prompt,
+                            completion_tokens: completion,
+                            total_tokens: u
+                                .total_tokens
+                                .unwrap_or(prompt.saturating_add(completion)),
+                            completion_tokens_details: u.reasoning_tokens.map(|r| Details {
+                                reasoning_tokens: r,
+                            }),
+                            prompt_tokens_details: u
+                                .cached_tokens
+                                .map(|c| Cached { cached_tokens: c }),
+                        });
+                    }
+                }
+                _ if ev.data.trim_ascii() == b"[DONE]" => self.finish(None, out),
+                _ => self.carrier(ev, out),
+            }
+        }
+    }
+}
+
+fn typed_convert(chunks: &[Bytes], model: &str) -> usize {
+    let mut t = typed::ToOpenAi::new("chatcmpl-bench", 1, model);
+    let mut parser = SseParser::new();
+    let mut out = bytes::BytesMut::with_capacity(64 * 1024);
+    let mut total = 0;
+    for c in chunks {
+        parser.push(c.clone());
+        while let Ok(Some(ev)) = parser.next_event() {
+            t.event(&ev, &mut out);
+        }
+        total += out.len();
+        out.clear();
+    }
+    total
+}
+
+/// The frames a conversion writes, as JSON values (for the check that the
+/// typed version says what the shim says).
+fn frames_of(convert: impl Fn(&mut bytes::BytesMut)) -> Vec<Value> {
+    let mut out = bytes::BytesMut::new();
+    convert(&mut out);
+    shimgate_shim_api::sse::parse_all(&out)
+        .unwrap()
+        .iter()
+        .map(|e| serde_json::from_slice(&e.data).unwrap_or(Value::Null))
+        .collect()
+}
+
+fn check_typed_convert(stream: &[u8], request: &Value) {
+    let events = shimgate_shim_api::sse::parse_all(stream).unwrap();
+    let ours = frames_of(|out| {
+        let mut t = ToOpenAi::with_identity(request, "chatcmpl-bench", 1);
+        for ev in &events {
+            t.event(ev, out);
+        }
+    });
+    let typed = frames_of(|out| {
+        let mut t = typed::ToOpenAi::new("chatcmpl-bench", 1, "glm-5.2");
+        for ev in &events {
+            t.event(ev, out);
+        }
+    });
+    assert_eq!(ours.len(), typed.len());
+    for (a, b) in ours.iter().zip(&typed) {
+        assert_eq!(a, b);
+    }
+}
+
 /// A long Max-mode conversation: 400 messages (text parts, tool calls,
 /// tool results), 30 tools with string schemas.
 fn solo_body() -> Vec<u8> {
@@ -294,15 +841,43 @@ fn naive_restore(original: &Value, openai: &Value) -> Vec<u8> {
     serde_json::to_vec(&body).unwrap()
 }
 
+/// `shimgate_shim_trae::restore` as it is, compiled a second time against
+/// `serde_json`'s writer instead of the hand-written `json_write` (which is
+/// private): the same restore with every string and value written by
+/// `serde_json::to_writer`.
+#[path = "../shims/trae/src/restore.rs"]
+#[allow(dead_code)]
+mod serde_restore;
+
+/// What `serde_restore` imports as `crate::fold`.
+mod fold {
+    pub use shimgate_shim_trae::fold::{joined_text, SAMPLING};
+}
+
+/// What `serde_restore` imports as `crate::json_write`: serde_json.
+mod json_write {
+    pub fn string(out: &mut Vec<u8>, s: &str) {
+        let _ = serde_json::to_writer(&mut *out, s);
+    }
+
+    pub fn value(out: &mut Vec<u8>, v: &serde_json::Value) {
+        let _ = serde_json::to_writer(&mut *out, v);
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let stream = solo_stream();
     let pieces = chunks(&stream);
     let request = json!({"model":"glm-5.2","stream":true});
     assert!(shim_convert(&pieces, &request) > 0 && naive_convert(&pieces, "glm-5.2") > 0);
+    check_typed_convert(&stream, &request);
     let mut g = c.benchmark_group("trae_convert");
     g.throughput(Throughput::Bytes(stream.len() as u64));
     g.bench_function("shim", |b| {
         b.iter(|| shim_convert(black_box(&pieces), &request))
+    });
+    g.bench_function("typed_serde", |b| {
+        b.iter(|| typed_convert(black_box(&pieces), "glm-5.2"))
     });
     g.bench_function("naive_value", |b| {
         b.iter(|| naive_convert(black_box(&pieces), "glm-5.2"))
@@ -319,6 +894,11 @@ fn bench(c: &mut Criterion) {
         restored, folded.original,
         "the benched restore must be right"
     );
+    assert_eq!(
+        serde_restore::restore_body(&folded.original, &folded.openai).unwrap(),
+        TraeShim.restore(&folded.original, &folded.openai).unwrap(),
+        "serde_json's writer writes the same bytes"
+    );
     let mut g = c.benchmark_group("trae_fold");
     g.throughput(Throughput::Bytes(body.len() as u64));
     g.bench_function("shim", |b| {
@@ -332,6 +912,12 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             TraeShim
                 .restore(black_box(&folded.original), black_box(&folded.openai))
+                .unwrap()
+        })
+    });
+    g.bench_function("typed_serde", |b| {
+        b.iter(|| {
+            serde_restore::restore_body(black_box(&folded.original), black_box(&folded.openai))
                 .unwrap()
         })
     });

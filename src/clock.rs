@@ -1,42 +1,25 @@
-//! Wall-clock helpers: ISO-8601 UTC timestamps for `/status` without a date
-//! crate.
+//! Wall-clock stamps for `/status`: RFC 3339 UTC with milliseconds
+//! (`humantime`) and epoch milliseconds (std), named once so every field
+//! (`until`, `lastErrorAt`, `at`, …) has the same shape.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Milliseconds since the epoch.
+/// The last instant `humantime` formats (`9999-12-31T23:59:59.999Z`): it
+/// panics before the epoch and errs from year 10000 on, so stamps are
+/// clamped into its range (a cooldown's `until` can be far away).
+const LATEST: Duration = Duration::from_millis(253_402_300_799_999);
+
+/// Milliseconds since the epoch (0 before it).
 pub fn epoch_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
 }
 
-/// `2026-11-29T15:05:32.123Z`.
+/// `2026-11-29T15:05:32.123Z`, clamped to years 1970–9999.
 pub fn iso8601(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
-    let secs = d.as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, day) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_millis()
-    )
-}
-
-/// Howard Hinnant's days-to-civil algorithm (proleptic Gregorian).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
+    let t = t.clamp(UNIX_EPOCH, UNIX_EPOCH + LATEST);
+    humantime::format_rfc3339_millis(t).to_string()
 }
 
 #[cfg(test)]
@@ -50,5 +33,14 @@ mod tests {
         assert_eq!(iso8601(t), "2026-11-29T14:09:13.876Z");
         let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
         assert_eq!(&iso8601(leap)[..10], "2000-02-29");
+    }
+
+    #[test]
+    fn instants_outside_the_formatters_range_are_clamped_not_panics() {
+        let before = UNIX_EPOCH - Duration::from_secs(1);
+        assert_eq!(iso8601(before), "1970-01-01T00:00:00.000Z");
+        assert_eq!(epoch_ms(before), 0);
+        let far = UNIX_EPOCH + Duration::from_secs(400_000_000_000);
+        assert_eq!(iso8601(far), "9999-12-31T23:59:59.999Z");
     }
 }

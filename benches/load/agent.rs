@@ -13,7 +13,7 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use super::upstream::now_ns;
+use shimgate_testkit::upstream::now_ns;
 
 /// One agent connection.
 pub struct Conn {

@@ -1,5 +1,7 @@
-//! Command-line options of the load tool (hand-parsed: `cargo bench`
-//! passes its own `--bench` flag, which is ignored here).
+//! Command-line options of the load tool: what clap reads, then the
+//! presets (`--quick`, `--ci`) under the values given on the line.
+
+use clap::{Parser, ValueEnum};
 
 /// Which phases run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,101 +32,139 @@ pub struct Args {
     pub seed: u64,
     /// Characters of each soak question.
     pub question_chars: usize,
-    /// The short CI variant.
-    pub ci: bool,
+}
+
+/// A soak leg, as `--path` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum PathArg {
+    Compressor,
+    Bare,
+    Direct,
+    /// `compressor`, then `direct`.
+    Both,
+}
+
+/// A phase, as `--phases` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum PhaseArg {
+    Soak,
+    Latency,
+    Streams,
+}
+
+/// The command line as given; [`Args`] is what it resolves to.
+#[derive(Debug, Parser)]
+#[command(
+    name = "load",
+    bin_name = "cargo bench --bench load --",
+    about = "shimgate under load: soak, added latency, slow streams"
+)]
+struct Cli {
+    /// About 1 minute: 8 s soak legs, 500 slow streams, 800 latency samples.
+    #[arg(long)]
+    quick: bool,
+    /// The soak only, small (about 30 s): 16 conversations, 12 s legs.
+    #[arg(long)]
+    ci: bool,
+    /// Concurrent soak conversations (both wires together) [default: 64; --ci 16].
+    #[arg(long, value_name = "N")]
+    streams: Option<usize>,
+    /// Soak seconds per leg [default: 30; --quick 8, --ci 12].
+    #[arg(long, value_name = "S")]
+    seconds: Option<f64>,
+    /// Turns per soak conversation at most.
+    #[arg(long, value_name = "N", default_value_t = 400)]
+    turns: usize,
+    /// Soak legs.
+    #[arg(long, value_enum, default_value = "both")]
+    path: PathArg,
+    /// Phases to run, comma-separated [default: soak,latency,streams; --ci soak].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    phases: Option<Vec<PhaseArg>>,
+    /// Concurrent slow streams of the memory phase [default: 2000; --quick 500].
+    #[arg(long, value_name = "N")]
+    big_streams: Option<usize>,
+    /// The memory phase without the compressor (shimgate's own cost).
+    #[arg(long)]
+    streams_direct: bool,
+    /// Latency samples per mode and case at concurrency 1 [default: 3000; --quick 800].
+    #[arg(long, value_name = "N")]
+    samples: Option<usize>,
+    /// Seed of the fault plans and conversations.
+    #[arg(long, value_name = "N", default_value_t = 0x5eed_10ad)]
+    seed: u64,
+    /// Characters of each soak question.
+    #[arg(long, value_name = "N", default_value_t = 336)]
+    question_chars: usize,
+    /// Passed by `cargo bench`; nothing to do here.
+    #[arg(long, hide = true)]
+    bench: bool,
+    /// A criterion-style name filter: not used by this tool.
+    #[arg(hide = true)]
+    filter: Vec<String>,
 }
 
 impl Args {
-    /// Parses the process arguments; exits with usage on a bad one.
-    pub fn parse(argv: impl Iterator<Item = String>) -> Args {
-        let mut a = Args {
-            phases: Phases {
-                soak: true,
-                latency: true,
-                streams: true,
-            },
-            streams: 64,
-            seconds: 30.0,
-            turns: 400,
-            paths: vec!["compressor".into(), "direct".into()],
-            big_streams: 2000,
-            streams_direct: false,
-            samples: 3000,
-            seed: 0x5eed_10ad,
-            question_chars: 336,
-            ci: false,
-        };
-        let argv: Vec<String> = argv.collect();
-        let mut i = 0;
-        let value = |i: &mut usize| -> String {
-            *i += 1;
-            argv.get(*i)
-                .cloned()
-                .unwrap_or_else(|| usage("missing value"))
-        };
-        while i < argv.len() {
-            match argv[i].as_str() {
-                "--bench" => {}
-                "--quick" => {
-                    a.seconds = 8.0;
-                    a.big_streams = 500;
-                    a.samples = 800;
-                }
-                "--ci" => {
-                    a.ci = true;
-                    a.phases = Phases {
-                        soak: true,
-                        latency: false,
-                        streams: false,
-                    };
-                    a.streams = 16;
-                    a.seconds = 12.0;
-                }
-                "--streams" => a.streams = number(&value(&mut i)),
-                "--seconds" => a.seconds = number::<f64>(&value(&mut i)),
-                "--turns" => a.turns = number(&value(&mut i)),
-                "--big-streams" => a.big_streams = number(&value(&mut i)),
-                "--streams-direct" => a.streams_direct = true,
-                "--samples" => a.samples = number(&value(&mut i)),
-                "--seed" => a.seed = number(&value(&mut i)),
-                "--question-chars" => a.question_chars = number(&value(&mut i)),
-                "--path" => {
-                    let v = value(&mut i);
-                    a.paths = match v.as_str() {
-                        "both" => vec!["compressor".into(), "direct".into()],
-                        "compressor" | "bare" | "direct" => vec![v],
-                        _ => usage("--path is compressor, bare, direct or both"),
-                    };
-                }
-                "--phases" => {
-                    let v = value(&mut i);
-                    let has = |p: &str| v.split(',').any(|x| x == p);
-                    a.phases = Phases {
-                        soak: has("soak"),
-                        latency: has("latency"),
-                        streams: has("streams"),
-                    };
-                }
-                other if other.starts_with("--") => usage(&format!("unknown option {other}")),
-                // A criterion-style name filter: not used by this tool.
-                _ => {}
-            }
-            i += 1;
-        }
-        a
+    /// Parses the process arguments (program name first); exits with usage
+    /// (status 2) on a bad one.
+    pub fn parse(argv: impl IntoIterator<Item = String>) -> Args {
+        Args::from(Cli::parse_from(argv))
     }
 }
 
-fn number<T: std::str::FromStr>(v: &str) -> T {
-    v.parse()
-        .unwrap_or_else(|_| usage(&format!("not a number: {v}")))
+impl From<Cli> for Args {
+    /// The values given, else the preset's (`--ci` over `--quick`), else
+    /// the defaults.
+    fn from(cli: Cli) -> Args {
+        let preset = Preset {
+            ci: cli.ci,
+            quick: cli.quick,
+        };
+        let phases = match cli.phases {
+            Some(list) => Phases {
+                soak: list.contains(&PhaseArg::Soak),
+                latency: list.contains(&PhaseArg::Latency),
+                streams: list.contains(&PhaseArg::Streams),
+            },
+            None => Phases {
+                soak: true,
+                latency: !cli.ci,
+                streams: !cli.ci,
+            },
+        };
+        let paths = match cli.path {
+            PathArg::Both => vec!["compressor".into(), "direct".into()],
+            PathArg::Compressor => vec!["compressor".into()],
+            PathArg::Bare => vec!["bare".into()],
+            PathArg::Direct => vec!["direct".into()],
+        };
+        Args {
+            phases,
+            streams: preset.pick(cli.streams, Some(16), None, 64),
+            seconds: preset.pick(cli.seconds, Some(12.0), Some(8.0), 30.0),
+            turns: cli.turns,
+            paths,
+            big_streams: preset.pick(cli.big_streams, None, Some(500), 2000),
+            streams_direct: cli.streams_direct,
+            samples: preset.pick(cli.samples, None, Some(800), 3000),
+            seed: cli.seed,
+            question_chars: cli.question_chars,
+        }
+    }
 }
 
-fn usage(why: &str) -> ! {
-    eprintln!(
-        "load: {why}\nusage: cargo bench --bench load -- [--quick|--ci] [--streams N] [--seconds S] \
-         [--turns N] [--path compressor|bare|direct|both] [--phases soak,latency,streams] \
-         [--big-streams N] [--streams-direct] [--samples N] [--seed N] [--question-chars N]"
-    );
-    std::process::exit(2)
+/// The presets asked for.
+struct Preset {
+    ci: bool,
+    quick: bool,
+}
+
+impl Preset {
+    /// The value given, else `--ci`'s, else `--quick`'s, else `default`.
+    fn pick<T>(&self, given: Option<T>, ci: Option<T>, quick: Option<T>, default: T) -> T {
+        given
+            .or(ci.filter(|_| self.ci))
+            .or(quick.filter(|_| self.quick))
+            .unwrap_or(default)
+    }
 }

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use super::upstream::{Reply, Step};
 use super::wire::{self, Answer, Wire};
+use shimgate_testkit::upstream::{Reply, Step};
 
 /// One upstream try's fate.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -90,37 +90,17 @@ impl Fault {
         match (self, wire) {
             (Fault::Ok, Wire::Qoder) => wire::qoder_answer(a),
             (Fault::Ok, Wire::Trae) => wire::trae_answer(a),
-            (Fault::Http502, _) => Reply::json(502, &[], "{\"message\":\"bad gateway\"}"),
-            (Fault::Http429 { retry_after_s }, _) => Reply::json(
+            (Fault::Http502, _) => Reply::json_sized(502, &[], "{\"message\":\"bad gateway\"}"),
+            (Fault::Http429 { retry_after_s }, _) => Reply::json_sized(
                 429,
                 &[("retry-after", &retry_after_s.to_string())],
                 "{\"error\":{\"message\":\"too many requests\"}}",
             ),
-            (Fault::ResetBeforeContent, Wire::Qoder) => {
-                wire::qoder_cut(a, 0, Duration::ZERO, Step::Reset)
-            }
-            (Fault::ResetBeforeContent, Wire::Trae) => {
-                wire::trae_cut(a, 0, Duration::ZERO, Step::Reset)
-            }
-            (Fault::ResetAfterContent, Wire::Qoder) => {
-                wire::qoder_cut(a, cut, CUT_PAUSE, Step::Reset)
-            }
-            (Fault::ResetAfterContent, Wire::Trae) => {
-                wire::trae_cut(a, cut, CUT_PAUSE, Step::Reset)
-            }
-            (Fault::CloseAfterContent, Wire::Qoder) => {
-                wire::qoder_cut(a, cut, CUT_PAUSE, Step::Close)
-            }
-            (Fault::CloseAfterContent, Wire::Trae) => {
-                wire::trae_cut(a, cut, CUT_PAUSE, Step::Close)
-            }
+            (Fault::ResetBeforeContent, _) => wire::cut(wire, a, 0, Duration::ZERO, Step::Reset),
+            (Fault::ResetAfterContent, _) => wire::cut(wire, a, cut, CUT_PAUSE, Step::Reset),
+            (Fault::CloseAfterContent, _) => wire::cut(wire, a, cut, CUT_PAUSE, Step::Close),
             (Fault::StallFirstByte, _) => Reply::default().then(Step::Hold),
-            (Fault::StallBeforeContent, Wire::Qoder) => {
-                wire::qoder_cut(a, 0, Duration::ZERO, Step::Hold)
-            }
-            (Fault::StallBeforeContent, Wire::Trae) => {
-                wire::trae_cut(a, 0, Duration::ZERO, Step::Hold)
-            }
+            (Fault::StallBeforeContent, _) => wire::cut(wire, a, 0, Duration::ZERO, Step::Hold),
             (Fault::Empty, Wire::Qoder) => wire::qoder_empty(),
             (Fault::Empty, Wire::Trae) => wire::trae_empty(),
             (Fault::Solo4008, _) => {
@@ -138,9 +118,9 @@ impl Fault {
     /// The answer of a pass-through call (not a stream).
     pub fn passthrough_reply(self, call: u64) -> Reply {
         match self {
-            Fault::Http502 => Reply::json(502, &[], "{\"message\":\"bad gateway\"}"),
+            Fault::Http502 => Reply::json_sized(502, &[], "{\"message\":\"bad gateway\"}"),
             Fault::StallFirstByte => Reply::default().then(Step::Hold),
-            _ => Reply::json(200, &[], &passthrough_body(call)),
+            _ => Reply::json_sized(200, &[], &passthrough_body(call)),
         }
     }
 }

@@ -22,8 +22,8 @@ use super::agent::{collect, timed, Conn};
 use super::findings::Findings;
 use super::gate::{self, Proc};
 use super::stats::{us, Summary};
-use super::upstream::{now_ns, Reply, Upstream};
 use super::wire::{self, Answer, Wire};
+use shimgate_testkit::upstream::{now_ns, Options, Recorded, Reply, Upstream};
 
 /// Stamped pieces per streamed answer.
 const PIECES: usize = 16;
@@ -223,7 +223,14 @@ impl LatencyReport {
 /// Runs the latency phase with `samples` calls per mode at concurrency 1
 /// (streams: a tenth as many answers, sixteen pieces each).
 pub async fn run(samples: usize) -> LatencyReport {
-    let up = Upstream::start(None, script).await;
+    let up = Upstream::start_with(
+        Options {
+            record: false,
+            ..Options::default()
+        },
+        script,
+    )
+    .await;
     let bare_proc = gate::bare_forwarder(&up.url()).await;
     let bare = bare_proc.addr("");
     let toml = format!(
@@ -309,7 +316,7 @@ fn check_targets(rows: &[Row]) -> Findings {
 
 /// The latency upstream: a small JSON answer for pass-through calls, a
 /// stamped stream on each wire.
-fn script(req: &super::upstream::Request) -> Reply {
+fn script(req: &Recorded, _: usize) -> Reply {
     let answer = Answer {
         pieces: PIECES,
         pace: Some(PACE),
@@ -321,7 +328,7 @@ fn script(req: &super::upstream::Request) -> Reply {
     match Wire::of_path(&req.path) {
         Some(Wire::Qoder) => wire::qoder_answer(&answer),
         Some(Wire::Trae) => wire::trae_answer(&answer),
-        None => Reply::json(
+        None => Reply::json_sized(
             200,
             &[],
             "{\"detail\":{\"model\":\"glm-5.3\",\"window\":1000000,\"ok\":true}}",

@@ -22,8 +22,8 @@ use super::findings::Findings;
 use super::forwarder;
 use super::gate;
 use super::judge;
-use super::upstream::{Reply, Request, Upstream};
 use super::wire::{self, Wire};
+use shimgate_testkit::upstream::{Options, Recorded, Reply, Upstream};
 
 /// Chain settings of the soak config: fast backoff so a run sees many
 /// retries; first-byte and idle timeouts short enough that stalls resolve
@@ -97,14 +97,14 @@ pub struct Ledger {
 
 impl Ledger {
     /// The upstream's side: notes the try and picks its answer.
-    fn answer(&self, req: &Request) -> Reply {
+    fn answer(&self, req: &Recorded) -> Reply {
         let path = req.path.trim_start_matches('/');
         let (route, rest) = path.split_once('/').unwrap_or((path, ""));
         let call: Option<u64> = req.header("x-load-call").and_then(|v| v.parse().ok());
         let plan = call.and_then(|c| lock(&self.plans).get(&c).cloned());
         let (Some(call), Some(plan)) = (call, plan) else {
             lock(&self.strays).push(format!("{} {}", req.method, req.path));
-            return Reply::json(404, &[], "{\"message\":\"unknown call\"}");
+            return Reply::json_sized(404, &[], "{\"message\":\"unknown call\"}");
         };
         let wire = Wire::of_path(rest);
         let request_id = match wire {
@@ -173,7 +173,14 @@ static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
 pub async fn run(settings: Settings) -> LegReport {
     let ledger = Arc::new(Ledger::default());
     let l2 = ledger.clone();
-    let upstream = Upstream::start(None, move |req| l2.answer(req)).await;
+    let upstream = Upstream::start_with(
+        Options {
+            record: false,
+            ..Options::default()
+        },
+        move |req, _| l2.answer(req),
+    )
+    .await;
     let qport = gate::free_port();
     let tport = gate::free_port();
     let shim_base = format!("http://127.0.0.1:{qport}");

@@ -19,8 +19,8 @@ use super::agent::Conn;
 use super::check;
 use super::findings::Findings;
 use super::gate::{self, Proc};
-use super::upstream::{Reply, Request, Step, Upstream};
 use super::wire::{self, Answer, Wire};
+use shimgate_testkit::upstream::{Options, Recorded, Reply, Step, Upstream};
 
 /// One piece every 100 ms: a slow model, so streams sit idle most of the time.
 const PACE: Duration = Duration::from_millis(100);
@@ -133,7 +133,7 @@ impl StreamsReport {
     }
 }
 
-fn script(req: &Request) -> Reply {
+fn script(req: &Recorded, _: usize) -> Reply {
     let wire = Wire::of_path(&req.path).unwrap_or(Wire::Qoder);
     let call: u64 = req
         .header("x-load-call")
@@ -179,7 +179,14 @@ fn fat_answer() -> Reply {
 pub async fn run(n: usize, direct: bool) -> StreamsReport {
     // Small send buffers: the upstream's own kernel buffer should not hide
     // whether shimgate pushes back.
-    let up = Upstream::start(Some(16 * 1024), script).await;
+    let up = Upstream::start_with(
+        Options {
+            send_buffer: Some(16 * 1024),
+            record: false,
+        },
+        script,
+    )
+    .await;
     let qport = gate::free_port();
     let tport = gate::free_port();
     // Direct mode measures shimgate alone (agent → ingress → upstream),

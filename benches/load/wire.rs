@@ -1,19 +1,23 @@
 //! Both provider wires as the load tool speaks them: what an agent sends
 //! (a qoder plaintext ask, a TRAE SOLO body) and what a scripted upstream
 //! answers (envelope SSE, SOLO SSE), with every content piece numbered so a
-//! checker can prove nothing was lost, doubled or reordered.
+//! checker can prove nothing was lost, doubled or reordered. The frames
+//! themselves come from `shimgate_testkit`.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::{json, Value};
+use shimgate_testkit::openai::{self, Chunks};
+use shimgate_testkit::upstream::{Reply, Step, STAMP};
+use shimgate_testkit::{qoder, trae};
 
-use super::upstream::{Reply, Step, STAMP};
+pub use shimgate_testkit::qoder::{envelope, PATH as QODER_PATH};
+pub use shimgate_testkit::trae::{
+    body as trae_body, body_problems as solo_problems, text as solo_text, PATH as TRAE_PATH,
+    REASONING,
+};
 
-/// The qoder inference path with the query the real client sends.
-pub const QODER_PATH: &str = "/algo/api/v2/service/pro/sse/agent_chat_generation?FetchKeys=llm_model_result&AgentId=agent_common&Encode=1";
-/// The SOLO chat path.
-pub const TRAE_PATH: &str = "/api/agent/v3/llm_utils_chat";
 /// A path no shim intercepts: it passes through the chain byte for byte.
 pub const PASSTHROUGH_PATH: &str = "/api/ide/v1/get_detail_param";
 
@@ -83,9 +87,6 @@ fn arg_fragments(call: u64, n: usize) -> Vec<String> {
     v
 }
 
-/// The reasoning a trae answer streams once (and `extra_info` repeats).
-pub const REASONING: &str = "Let me think.";
-
 /// How an answer is written.
 #[derive(Debug, Clone)]
 pub struct Answer {
@@ -140,9 +141,9 @@ impl Writer {
     fn frame(&mut self, bytes: String) {
         let reply = std::mem::take(&mut self.reply);
         self.reply = if self.split {
-            reply.split(bytes.as_bytes(), 7)
+            reply.scatter(bytes.as_bytes(), 7)
         } else {
-            reply.chunk(Bytes::from(bytes))
+            reply.then(Step::Chunk(Bytes::from(bytes)))
         };
     }
 
@@ -154,7 +155,7 @@ impl Writer {
     fn pause(&mut self, d: Option<Duration>) {
         if let Some(d) = d {
             let reply = std::mem::take(&mut self.reply);
-            self.reply = reply.sleep(d);
+            self.reply = reply.then(Step::Sleep(d));
         }
     }
 
@@ -163,53 +164,40 @@ impl Writer {
     }
 }
 
+/// The head of an answer on either wire and `pieces` content frames,
+/// then `last` (a reset, a clean close or a stall).
+pub fn cut(wire: Wire, a: &Answer, pieces: usize, pause: Duration, last: Step) -> Reply {
+    let mut w = Writer::new(a.split);
+    match wire {
+        Wire::Qoder => {
+            qoder_preamble(&mut w);
+            qoder_pieces(&mut w, a, 0, pieces);
+        }
+        Wire::Trae => {
+            trae_preamble(&mut w);
+            trae_pieces(&mut w, a, 0, pieces);
+        }
+    }
+    w.pause(Some(pause));
+    w.done(last)
+}
+
 // ---------------------------------------------------------------- qoder
 
 /// A plaintext ask as the agent hands it to the ingress.
 pub fn qoder_ask(request_id: &str, messages: &[Value]) -> Value {
-    json!({
-        "request_id": request_id,
-        "chat_record_id": request_id,
-        "request_set_id": "set-1",
-        "session_id": "session-load",
-        "stream": true,
-        "chat_task": "FREE_INPUT",
-        "chat_context": {"text": "hi", "features": [], "extra": {"context": [], "modelConfig": {"key": "qmodel_38max", "is_reasoning": false}, "originalContent": "hi"}, "chatPrompt": "", "imageUrls": null},
-        "is_reply": true,
-        "is_retry": false,
-        "source": 1,
-        "version": "3",
-        "agent_id": "agent_common",
-        "task_id": "common",
-        "session_type": "qodercli",
-        "model_config": {"key": "qmodel_38max", "source": "system", "is_reasoning": false},
-        "business": {"product": "cli", "type": "agent", "stage": "start"},
-        "messages": messages,
-        "tools": [{"type": "function", "function": {"name": "read_file", "description": "read a file", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}],
-        "parameters": {"max_tokens": 4096, "temperature": 0.2},
-    })
+    qoder::ask_with(request_id, "session-load", messages)
 }
 
-/// One envelope frame around `body`.
-pub fn envelope(body: &str) -> String {
-    format!(
-        "data:{{\"headers\":{{\"Content-Type\":[\"application/json\"]}},\"body\":{},\"statusCodeValue\":200,\"statusCode\":\"OK\"}}\n\n",
-        serde_json::to_string(body).unwrap_or_default()
-    )
-}
-
-/// An error envelope (`statusCodeValue != 200`).
-pub fn error_envelope(status: u16, body: &str) -> String {
-    format!(
-        "data:{{\"headers\":{{}},\"body\":{},\"statusCodeValue\":{status},\"statusCode\":\"ERR\"}}\n\n",
-        serde_json::to_string(body).unwrap_or_default()
-    )
-}
+/// The chunk fields of the load run's qoder answers.
+const QODER_CHUNKS: Chunks<'static> = Chunks {
+    id: "chatcmpl-load",
+    created: 1,
+    model: "qmodel_38max",
+};
 
 fn qoder_chunk(delta: Value, finish: Option<&str>) -> String {
-    json!({"id": "chatcmpl-load", "object": "chat.completion.chunk", "created": 1, "model": "qmodel_38max",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-    .to_string()
+    QODER_CHUNKS.delta(delta, json!(finish)).to_string()
 }
 
 /// The head of a qoder answer: role chunk and heartbeats (no content).
@@ -264,8 +252,7 @@ pub fn qoder_answer(a: &Answer) -> Reply {
         "stop"
     };
     w.frame(envelope(&qoder_chunk(json!({}), Some(finish))));
-    w.frame(envelope(&json!({"id": "chatcmpl-load", "object": "chat.completion.chunk", "created": 1, "model": "qmodel_38max",
-        "choices": [], "usage": {"prompt_tokens": 1000, "completion_tokens": 5, "total_tokens": 1005}}).to_string()));
+    w.frame(envelope(&QODER_CHUNKS.usage(1000, 5).to_string()));
     match a.ending % 3 {
         // The gateway keeps the body open after the sentinel.
         0 => {
@@ -273,23 +260,14 @@ pub fn qoder_answer(a: &Answer) -> Reply {
             w.done(Step::Hold)
         }
         1 => {
-            w.frame("data: [DONE]\n\n".to_string());
+            w.frame(openai::DONE.to_string());
             w.done(Step::End)
         }
         _ => {
-            w.frame("event:finish\ndata:{\"firstTokenDuration\":414,\"totalDuration\":571,\"serverDuration\":88}\n\n".to_string());
+            w.frame(qoder::finish_event(414, 571, 88));
             w.done(Step::End)
         }
     }
-}
-
-/// `pieces` content frames, then `last` (a reset or a clean close).
-pub fn qoder_cut(a: &Answer, pieces: usize, pause: Duration, last: Step) -> Reply {
-    let mut w = Writer::new(a.split);
-    qoder_preamble(&mut w);
-    qoder_pieces(&mut w, a, 0, pieces);
-    w.pause(Some(pause));
-    w.done(last)
 }
 
 /// A 200 stream with no content at all.
@@ -304,7 +282,7 @@ pub fn qoder_empty() -> Reply {
 pub fn qoder_error(status: u16, body: &str) -> Reply {
     let mut w = Writer::new(false);
     w.frame(envelope("null"));
-    w.frame(error_envelope(status, body));
+    w.frame(qoder::error_envelope(status, body));
     w.done(Step::End)
 }
 
@@ -322,72 +300,13 @@ pub fn qoder_10605(retry_after_s: f64) -> String {
 
 // ----------------------------------------------------------------- trae
 
-/// A Max-mode SOLO body as the agent sends it.
-pub fn trae_body(messages: &[Value]) -> Value {
-    json!({
-        "messages": messages,
-        "model": "glm-5.3",
-        "config_name": "glm-5.3",
-        "function": "solo_work_remote",
-        "stream": true,
-        "tools": [{"type": "function", "function": {"name": "glob", "description": "find files", "parameters": "{\"type\":\"object\",\"properties\":{\"pattern\":{\"type\":\"string\"}}}"}}],
-        "tool_choice": "auto",
-        "max_tokens": 64000,
-        "temperature": 0.3,
-        "reasoning_effort": "high",
-        "model_auto_selection": {"strategy": "max", "fallback_to_advance_model": null, "entitlement_id": null},
-        "model_selection_strategy": "max",
-        "mode_type": 1,
-        "context_window_size": 1000000,
-        "prompt_max_tokens": 936000,
-    })
-}
-
-/// A SOLO text message.
-pub fn solo_text(role: &str, t: &str) -> Value {
-    json!({"role": role, "content": [{"type": "text", "text": t}]})
-}
-
-/// What a real SOLO upstream would refuse in a request body.
-pub fn solo_problems(body: &[u8]) -> Vec<String> {
-    let mut bad = Vec::new();
-    let Ok(b) = serde_json::from_slice::<Value>(body) else {
-        return vec!["body is not JSON".into()];
-    };
-    if b["model"] != b["config_name"] || b["model"].is_null() {
-        bad.push("model and config_name differ".into());
-    }
-    if !b["function"].is_string() {
-        bad.push("function is missing".into());
-    }
-    for (i, m) in b["messages"].as_array().into_iter().flatten().enumerate() {
-        match &m["content"] {
-            Value::Array(parts) if parts.iter().all(|p| p["type"].is_string()) => {}
-            Value::Null if m["tool_calls"].is_array() => {}
-            other => bad.push(format!("messages[{i}].content is not text parts: {other}")),
-        }
-    }
-    for (i, t) in b["tools"].as_array().into_iter().flatten().enumerate() {
-        if !t["function"]["parameters"].is_string() {
-            bad.push(format!("tools[{i}].parameters is not a JSON string"));
-        }
-    }
-    bad
-}
-
 fn solo_output(response: &str, reasoning: Option<&str>, tools: Value) -> String {
-    format!(
-        "event:output\ndata:{}\n\n",
-        json!({"response": response, "reasoning_content": reasoning, "tool_calls": tools})
-    )
+    trae::output(response, json!(reasoning), tools)
 }
 
 fn trae_preamble(w: &mut Writer) {
-    w.frame("id:1\nevent:metadata\ndata:{\"model\":\"\",\"session_id\":\"s-load\",\"prompt_completion_id\":0}\n\n".into());
-    w.frame(
-        "id:2\nevent:timing_cost\ndata:{\"name\":\"llm_raw_chat_v2\",\"preprocess_timing\":71}\n\n"
-            .into(),
-    );
+    w.frame(trae::metadata("s-load", 0));
+    w.frame(trae::timing_cost());
 }
 
 fn trae_pieces(w: &mut Writer, a: &Answer, from: usize, to: usize) {
@@ -419,46 +338,31 @@ pub fn trae_answer(a: &Answer) -> Reply {
             } else {
                 (String::new(), "")
             };
-            let tools = json!([{"index": 0, "id": id, "type": "function", "function_call": {"name": name, "arguments": frag}}]);
-            w.frame(solo_output("", None, tools));
+            w.frame(solo_output("", None, trae::tool_fragment(&id, name, frag)));
         }
     }
     if !a.stamped {
-        w.frame(format!(
-            "event:extra_info\ndata:{}\n\n",
-            json!({ "reasoning_content": REASONING })
-        ));
+        w.frame(trae::extra_info(REASONING));
     }
-    w.frame("event:token_usage\ndata:{\"prompt_tokens\":1000,\"completion_tokens\":12,\"total_tokens\":1012,\"reasoning_tokens\":3}\n\n".into());
+    w.frame(trae::token_usage(1000, 12, 3));
     let finish = if a.tool_frags > 0 {
         "tool_calls"
     } else {
         "stop"
     };
-    w.frame(format!(
-        "event:done\ndata:{{\"finish_reason\":\"{finish}\"}}\n\n"
-    ));
+    w.frame(trae::done(finish));
     if a.ending % 2 == 1 {
-        w.frame("data: [DONE]\n\n".into());
+        w.frame(openai::DONE.into());
     }
     w.done(Step::End)
-}
-
-/// `pieces` content frames, then `last` (a reset or a clean close).
-pub fn trae_cut(a: &Answer, pieces: usize, pause: Duration, last: Step) -> Reply {
-    let mut w = Writer::new(a.split);
-    trae_preamble(&mut w);
-    trae_pieces(&mut w, a, 0, pieces);
-    w.pause(Some(pause));
-    w.done(last)
 }
 
 /// A 200 SOLO stream with no content.
 pub fn trae_empty() -> Reply {
     let mut w = Writer::new(false);
     trae_preamble(&mut w);
-    w.frame("event:token_usage\ndata:{\"prompt_tokens\":10,\"completion_tokens\":0,\"total_tokens\":10,\"reasoning_tokens\":0}\n\n".into());
-    w.frame("event:done\ndata:{\"finish_reason\":\"stop\"}\n\n".into());
+    w.frame(trae::token_usage(10, 0, 0));
+    w.frame(trae::done("stop"));
     w.done(Step::End)
 }
 
@@ -467,10 +371,7 @@ pub fn trae_empty() -> Reply {
 pub fn trae_error(code: u64, message: &str) -> Reply {
     let mut w = Writer::new(false);
     trae_preamble(&mut w);
-    w.frame(format!(
-        "event:error\ndata:{}\n\n",
-        json!({"code": code, "message": message, "extra": null})
-    ));
-    w.frame("event:done\ndata:{\"finish_reason\":\"stop\"}\n\n".into());
+    w.frame(trae::error(code, message));
+    w.frame(trae::done("stop"));
     w.done(Step::End)
 }

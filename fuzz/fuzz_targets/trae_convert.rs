@@ -14,7 +14,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use libfuzzer_sys::fuzz_target;
-use shimgate_shim_trae::testkit::{check_openai, convert, pieces, rebuild};
+use shimgate_testkit::check_openai;
+use shimgate_testkit::trae::{convert, pieces, rebuild};
 
 fuzz_target!(|data: &[u8]| {
     // The first byte picks the chunking; the rest is the upstream stream.

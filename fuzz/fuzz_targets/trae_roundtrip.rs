@@ -1,10 +1,10 @@
 //! Invariant: a SOLO event sequence generated from the fuzz bytes (text,
 //! reasoning and tool-call fragments, usage, done, error, bookkeeping and
 //! unknown events, ids, retry, CRLF, bare `[DONE]`; see
-//! `shimgate_shim_trae::testkit::generate`) reaches the agent with the same
+//! `shimgate_testkit::trae::generate`) reaches the agent with the same
 //! meaning after SOLO → OpenAI → SOLO, straight, through the
 //! billion-context simulation and through a byte-by-byte pass-through proxy
-//! (`testkit::compare`: same text, reasoning, tool calls, usage, events and
+//! (`trae::compare`: same text, reasoning, tool calls, usage, events and
 //! ids, end; a cut stream becomes a `TRANSPORT` error).
 //!
 //! Run (stable toolchain; `cargo install cargo-fuzz --locked` if missing):
@@ -16,7 +16,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use libfuzzer_sys::fuzz_target;
-use shimgate_shim_trae::testkit::{compare, digest, generate, round_trip, PROXIES};
+use shimgate_testkit::trae::{compare, digest, generate, round_trip, PROXIES};
 
 fuzz_target!(|data: &[u8]| {
     let solo = generate(data);

@@ -1,223 +1,91 @@
 //! `GET /metrics`: the `/status` counters, the chain's attempts, retries,
-//! switches and cooldowns, streams in flight, and latency histograms, in the
-//! Prometheus text exposition format.
+//! switches and cooldowns, streams in flight, and latency histograms,
+//! encoded by `prometheus-client` in the Prometheus text format (0.0.4).
+//!
+//! Each scrape reads the values from where they are kept (the shims'
+//! [`ShimStats`](crate::app::ShimStats), the rid registry, the chain's
+//! state and histograms) into a [`Snapshot`], never from the `/status`
+//! JSON, so renaming a status field cannot silently zero a metric.
 
-use std::fmt::Write as _;
+use std::fmt;
 
-use serde_json::Value;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{prometheus_text, DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
 use crate::app::{App, SHIM_COUNTERS};
-use crate::chain::latency::Latency;
+use crate::chain::latency::{Histogram, Latency};
+use crate::chain::state::RouteMetrics;
 use crate::config::SHIM_NAMES;
 use crate::host::Shims;
 
-/// Escapes a label value.
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
 /// The whole exposition.
-pub fn render(app: &App, shims: &Shims) -> String {
+pub fn render(app: &App, _shims: &Shims) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Snapshot::read(app)));
     let mut out = String::with_capacity(8192);
-    let status = super::status::document(app, shims);
-    for counter in SHIM_COUNTERS {
-        let name = format!("shimgate_{}_total", snake(counter));
-        header(
-            &mut out,
-            &name,
-            "counter",
-            &format!("`{counter}` in /status, per shim."),
-        );
-        for shim in SHIM_NAMES {
-            let _ = writeln!(
-                out,
-                "{name}{{shim=\"{shim}\"}} {}",
-                app.shim_stats(shim).get(counter)
-            );
-        }
-    }
-    header(
-        &mut out,
-        "shimgate_listening",
-        "gauge",
-        "1 when the shim's listener is up.",
-    );
-    for shim in SHIM_NAMES {
-        let up = status[key(shim)]["listening"].as_bool().unwrap_or(false);
-        let _ = writeln!(
-            out,
-            "shimgate_listening{{shim=\"{shim}\"}} {}",
-            u8::from(up)
-        );
-    }
-    header(
-        &mut out,
-        "shimgate_rids_live",
-        "gauge",
-        "Live rid entries per shim.",
-    );
-    for shim in SHIM_NAMES {
-        let _ = writeln!(
-            out,
-            "shimgate_rids_live{{shim=\"{shim}\"}} {}",
-            app.rids.live(shim)
-        );
-    }
-    header(
-        &mut out,
-        "shimgate_streams_in_flight",
-        "gauge",
-        "Answers streaming to clients right now.",
-    );
-    let _ = writeln!(
-        out,
-        "shimgate_streams_in_flight {}",
-        app.chain.streams_in_flight()
-    );
-    route_metrics(&mut out, &status["chain"]);
-    header(
-        &mut out,
-        "shimgate_upstream_first_byte_seconds",
-        "histogram",
-        "Time from sending an upstream request to its response head.",
-    );
-    for shim in SHIM_NAMES {
-        app.chain.latency.first_byte[Latency::slot(shim)].write(
-            &mut out,
-            "shimgate_upstream_first_byte_seconds",
-            &format!("shim=\"{shim}\""),
-        );
-    }
-    header(
-        &mut out,
-        "shimgate_overhead_seconds",
-        "histogram",
-        "Time shimgate adds to a call that succeeded on its first try.",
-    );
-    for shim in SHIM_NAMES {
-        app.chain.latency.overhead[Latency::slot(shim)].write(
-            &mut out,
-            "shimgate_overhead_seconds",
-            &format!("shim=\"{shim}\""),
-        );
-    }
-    header(
-        &mut out,
-        "shimgate_uptime_seconds",
-        "gauge",
-        "Seconds since start.",
-    );
-    let _ = writeln!(
-        out,
-        "shimgate_uptime_seconds {}",
-        app.started.elapsed().as_secs_f64()
-    );
+    // Writing into a String cannot fail, and no value here is one the
+    // encoder refuses.
+    let _ = prometheus_text::encode(&mut out, &registry);
     out
 }
 
-fn key(shim: &str) -> &'static str {
-    if shim == "qoder" {
-        "qoderShim"
-    } else {
-        "traeShim"
-    }
+/// Every value `/metrics` shows, read at one scrape.
+#[derive(Debug)]
+struct Snapshot {
+    /// Per [`SHIM_COUNTERS`] entry: its value per shim.
+    counters: Vec<(&'static str, Vec<(&'static str, u64)>)>,
+    listening: Vec<(&'static str, bool)>,
+    rids_live: Vec<(&'static str, u64)>,
+    streams_in_flight: i64,
+    routes: Vec<RouteMetrics>,
+    /// Per shim: a handle on the live histogram (read as it is encoded).
+    first_byte: Vec<(&'static str, Histogram)>,
+    overhead: Vec<(&'static str, Histogram)>,
+    uptime_seconds: f64,
 }
 
-fn route_metrics(out: &mut String, chain: &Value) {
-    let routes = |shim: &str| {
-        chain["routes"][shim]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-    };
-    header(
-        out,
-        "shimgate_route_attempts_total",
-        "counter",
-        "Upstream attempts per route and outcome code (OK for success).",
-    );
-    for shim in SHIM_NAMES {
-        for r in routes(shim) {
-            let name = label(r["name"].as_str().unwrap_or(""));
-            let ok = r["ok"].as_u64().unwrap_or(0);
-            let _ = writeln!(out, "shimgate_route_attempts_total{{shim=\"{shim}\",route=\"{name}\",code=\"OK\"}} {ok}");
-            if let Some(failures) = r["failures"].as_object() {
-                for (code, n) in failures {
-                    let _ = writeln!(out, "shimgate_route_attempts_total{{shim=\"{shim}\",route=\"{name}\",code=\"{}\"}} {}", label(code), n.as_u64().unwrap_or(0));
-                }
-            }
-        }
-    }
-    for (metric, field, help) in [
-        (
-            "shimgate_route_retries_total",
-            "retries",
-            "In-place retries per route.",
-        ),
-        (
-            "shimgate_route_switches_total",
-            "switches",
-            "Switches away from a route.",
-        ),
-    ] {
-        header(out, metric, "counter", help);
-        for shim in SHIM_NAMES {
-            for r in routes(shim) {
-                let name = label(r["name"].as_str().unwrap_or(""));
-                let _ = writeln!(
-                    out,
-                    "{metric}{{shim=\"{shim}\",route=\"{name}\"}} {}",
-                    r[field].as_u64().unwrap_or(0)
-                );
-            }
-        }
-    }
-    header(
-        out,
-        "shimgate_route_in_flight",
-        "gauge",
-        "Attempts in flight per route.",
-    );
-    for shim in SHIM_NAMES {
-        for r in routes(shim) {
-            let name = label(r["name"].as_str().unwrap_or(""));
-            let _ = writeln!(
-                out,
-                "shimgate_route_in_flight{{shim=\"{shim}\",route=\"{name}\"}} {}",
-                r["inFlight"].as_u64().unwrap_or(0)
-            );
-        }
-    }
-    header(
-        out,
-        "shimgate_route_cooling",
-        "gauge",
-        "1 while a route rests after a quota failure.",
-    );
-    for shim in SHIM_NAMES {
-        for e in chain["ordering"]["effective"][shim]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
-            let name = label(e["route"].as_str().unwrap_or(""));
-            let cooling = e["cooling"].as_bool().unwrap_or(false);
-            let _ = writeln!(
-                out,
-                "shimgate_route_cooling{{shim=\"{shim}\",route=\"{name}\"}} {}",
-                u8::from(cooling)
-            );
+impl Snapshot {
+    fn read(app: &App) -> Snapshot {
+        let per_shim = |value: &dyn Fn(&'static str) -> u64| {
+            SHIM_NAMES
+                .iter()
+                .map(|s| (*s, value(s)))
+                .collect::<Vec<_>>()
+        };
+        let config = app.config();
+        let routes: Vec<_> = SHIM_NAMES
+            .iter()
+            .filter_map(|s| Some((*s, config.shim(s)?.routes.as_slice())))
+            .collect();
+        let latency = &app.chain.latency;
+        let histograms = |slots: &[Histogram; 2]| {
+            SHIM_NAMES
+                .iter()
+                .map(|s| (*s, slots[Latency::slot(s)].clone()))
+                .collect()
+        };
+        Snapshot {
+            counters: SHIM_COUNTERS
+                .iter()
+                .map(|c| (*c, per_shim(&|s| app.shim_stats(s).get(c))))
+                .collect(),
+            listening: SHIM_NAMES
+                .iter()
+                .map(|s| (*s, app.shim_stats(s).is_listening()))
+                .collect(),
+            rids_live: per_shim(&|s| app.rids.live(s) as u64),
+            streams_in_flight: app.chain.streams_in_flight(),
+            routes: app.chain.route_metrics(&routes, &config.ordering),
+            first_byte: histograms(&latency.first_byte),
+            overhead: histograms(&latency.overhead),
+            uptime_seconds: app.started.elapsed().as_secs_f64(),
         }
     }
 }
 
+/// `sideRequests` → `side_requests`.
 fn snake(camel: &str) -> String {
     let mut s = String::new();
     for c in camel.chars() {
@@ -231,12 +99,195 @@ fn snake(camel: &str) -> String {
     s
 }
 
+impl Collector for Snapshot {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), fmt::Error> {
+        // Counter families are named without `_total`: the encoder adds it
+        // to the HELP, TYPE and sample lines alike.
+        for (counter, values) in &self.counters {
+            let name = format!("shimgate_{}", snake(counter));
+            let help = format!("`{counter}` in /status, per shim.");
+            let mut m = enc.encode_descriptor(&name, &help, None, MetricType::Counter)?;
+            for (shim, v) in values {
+                m.encode_family(&[("shim", *shim)])?
+                    .encode_counter::<NoLabelSet, _, u64>(v, None)?;
+            }
+        }
+        let mut m = enc.encode_descriptor(
+            "shimgate_listening",
+            "1 when the shim's listener is up.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (shim, up) in &self.listening {
+            m.encode_family(&[("shim", *shim)])?
+                .encode_gauge(&u32::from(*up))?;
+        }
+        let mut m = enc.encode_descriptor(
+            "shimgate_rids_live",
+            "Live rid entries per shim.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (shim, n) in &self.rids_live {
+            m.encode_family(&[("shim", *shim)])?.encode_gauge(n)?;
+        }
+        enc.encode_descriptor(
+            "shimgate_streams_in_flight",
+            "Answers streaming to clients right now.",
+            None,
+            MetricType::Gauge,
+        )?
+        .encode_gauge(&self.streams_in_flight)?;
+        self.encode_routes(&mut enc)?;
+        for (name, help, slots) in [
+            (
+                "shimgate_upstream_first_byte_seconds",
+                "Time from sending an upstream request to its response head.",
+                &self.first_byte,
+            ),
+            (
+                "shimgate_overhead_seconds",
+                "Time shimgate adds to a call that succeeded on its first try.",
+                &self.overhead,
+            ),
+        ] {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
+            for (shim, h) in slots {
+                h.encode(m.encode_family(&[("shim", *shim)])?)?;
+            }
+        }
+        enc.encode_descriptor(
+            "shimgate_uptime_seconds",
+            "Seconds since start.",
+            None,
+            MetricType::Gauge,
+        )?
+        .encode_gauge(&self.uptime_seconds)?;
+        Ok(())
+    }
+}
+
+/// A per-route family: name, help, and how to read its value.
+type RouteFamily = (&'static str, &'static str, fn(&RouteMetrics) -> u64);
+
+impl Snapshot {
+    fn encode_routes(&self, enc: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
+        let mut m = enc.encode_descriptor(
+            "shimgate_route_attempts",
+            "Upstream attempts per route and outcome code (OK for success).",
+            None,
+            MetricType::Counter,
+        )?;
+        for r in &self.routes {
+            let route = r.route.as_str();
+            m.encode_family(&[("shim", r.shim), ("route", route), ("code", "OK")])?
+                .encode_counter::<NoLabelSet, _, u64>(&r.ok, None)?;
+            for (code, n) in &r.failures {
+                m.encode_family(&[("shim", r.shim), ("route", route), ("code", code.as_str())])?
+                    .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+            }
+        }
+        let counters: [RouteFamily; 2] = [
+            (
+                "shimgate_route_retries",
+                "In-place retries per route.",
+                |r| r.retries,
+            ),
+            (
+                "shimgate_route_switches",
+                "Switches away from a route.",
+                |r| r.switches,
+            ),
+        ];
+        for (name, help, value) in counters {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for r in &self.routes {
+                m.encode_family(&[("shim", r.shim), ("route", r.route.as_str())])?
+                    .encode_counter::<NoLabelSet, _, u64>(&value(r), None)?;
+            }
+        }
+        let gauges: [RouteFamily; 2] = [
+            (
+                "shimgate_route_in_flight",
+                "Attempts in flight per route.",
+                |r| r.in_flight as u64,
+            ),
+            (
+                "shimgate_route_cooling",
+                "1 while a route rests after a quota failure.",
+                |r| u64::from(r.cooling),
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for r in &self.routes {
+                m.encode_family(&[("shim", r.shim), ("route", r.route.as_str())])?
+                    .encode_gauge(&value(r))?;
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn counter_names_are_snake_case() {
         assert_eq!(snake("sideRequests"), "side_requests");
+    }
+
+    fn text(snapshot: Snapshot) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(snapshot));
+        let mut out = String::new();
+        prometheus_text::encode(&mut out, &registry).unwrap();
+        out
+    }
+
+    #[test]
+    fn families_keep_their_names_labels_and_help() {
+        let h = Histogram::default();
+        h.observe(Duration::from_micros(50));
+        h.observe(Duration::from_millis(3));
+        let out = text(Snapshot {
+            counters: vec![("sideRequests", vec![("qoder", 2), ("trae", 0)])],
+            listening: vec![("qoder", true)],
+            rids_live: vec![("qoder", 1)],
+            streams_in_flight: 0,
+            routes: vec![RouteMetrics {
+                shim: "trae",
+                route: "a \"b\"".into(),
+                ok: 3,
+                failures: vec![(shimgate_shim_api::FailureCode::Quota, 1)],
+                retries: 1,
+                switches: 0,
+                in_flight: 0,
+                cooling: true,
+            }],
+            first_byte: vec![("qoder", h)],
+            overhead: vec![],
+            uptime_seconds: 1.5,
+        });
+        for line in [
+            "# HELP shimgate_side_requests_total `sideRequests` in /status, per shim.",
+            "# TYPE shimgate_side_requests_total counter",
+            "shimgate_side_requests_total{shim=\"qoder\"} 2",
+            "shimgate_listening{shim=\"qoder\"} 1",
+            "shimgate_streams_in_flight 0",
+            "shimgate_route_attempts_total{shim=\"trae\",route=\"a \\\"b\\\"\",code=\"OK\"} 3",
+            "shimgate_route_attempts_total{shim=\"trae\",route=\"a \\\"b\\\"\",code=\"QUOTA\"} 1",
+            "shimgate_route_cooling{shim=\"trae\",route=\"a \\\"b\\\"\"} 1",
+            "# TYPE shimgate_upstream_first_byte_seconds histogram",
+            "shimgate_upstream_first_byte_seconds_bucket{shim=\"qoder\",le=\"0.0001\"} 1",
+            "shimgate_upstream_first_byte_seconds_bucket{shim=\"qoder\",le=\"0.005\"} 2",
+            "shimgate_upstream_first_byte_seconds_bucket{shim=\"qoder\",le=\"+Inf\"} 2",
+            "shimgate_upstream_first_byte_seconds_count{shim=\"qoder\"} 2",
+            "shimgate_uptime_seconds 1.5",
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line}\n{out}");
+        }
     }
 }

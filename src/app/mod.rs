@@ -84,6 +84,11 @@ impl ShimStats {
             .map_or(0, |c| c.load(AtomicOrdering::Relaxed))
     }
 
+    /// Whether the listener is up (`/status` `listening`).
+    pub fn is_listening(&self) -> bool {
+        self.text().listening.is_some()
+    }
+
     /// Notes that the shim handled something just now.
     pub fn touch(&self) {
         self.text().last_at = Some(SystemTime::now());

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderValue};
-use http::{HeaderMap, StatusCode};
-use http_body_util::BodyExt;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use shimgate_shim_api::failure::classify_http;
 use shimgate_shim_api::sse::SseParser;
@@ -178,20 +178,10 @@ fn failed(failure: Failure) -> PreCommit {
 
 /// Sends the request and reads until the answer commits or fails.
 pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCommit {
-    let mut req = match spec.outbound.request(route).await {
+    let req = match request(spec, route).await {
         Ok(r) => r,
         Err(f) => return failed(f),
     };
-    for (name, value) in &route.headers {
-        req.headers_mut().insert(name.clone(), value.clone());
-    }
-    if spec.translator.is_some() {
-        // The SSE is parsed here, so it must arrive uncompressed.
-        req.headers_mut().insert(
-            header::ACCEPT_ENCODING,
-            HeaderValue::from_static("identity"),
-        );
-    }
     let timeouts = &spec.timeouts;
     let sent_at = std::time::Instant::now();
     let resp = match tokio::time::timeout(timeouts.first_byte, ctx.client.request(req)).await {
@@ -210,122 +200,181 @@ pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCo
     ctx.state.latency.first_byte[Latency::slot(spec.shim)].observe(sent_at.elapsed());
     let (parts, body) = resp.into_parts();
     if !parts.status.is_success() {
-        let bytes = read_bounded(body, ERROR_BODY_LIMIT, timeouts.idle).await;
-        let text = String::from_utf8_lossy(&bytes);
-        let code = classify_http(parts.status.as_u16(), &text);
-        let mut failure = Failure::new(code, summary(&text)).with_status(parts.status.as_u16());
-        failure.retry_after = if code == FailureCode::Quota {
-            policy::stated_reset(&parts.headers)
-        } else {
-            policy::retry_after(&parts.headers)
-        };
-        let mut headers = parts.headers;
-        headers::strip_hop_by_hop(&mut headers);
-        return PreCommit::Failed {
-            failure,
-            verbatim: Some(Verbatim {
-                status: parts.status,
-                headers,
-                body: bytes,
-            }),
-            held: None,
-        };
+        return error_answer(parts, body, timeouts.idle).await;
     }
     let is_sse = parts
         .headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|ct| ct.trim_start().starts_with("text/event-stream"));
-    let factory = match &spec.translator {
-        Some(f) if is_sse => f,
+    match &spec.translator {
+        Some(factory) if is_sse => {
+            hold_until_content(factory(), body, timeouts.idle, sent_at).await
+        }
         _ => {
             let mut headers = parts.headers;
             headers::strip_hop_by_hop(&mut headers);
-            return PreCommit::Committed(Committed {
+            PreCommit::Committed(Committed {
                 status: parts.status,
                 headers,
                 mode: Mode::Raw { body },
                 upstream_time: sent_at.elapsed(),
-            });
+            })
         }
+    }
+}
+
+/// The attempt's upstream request: the outbound's, with the route's
+/// header overrides.
+async fn request(spec: &CallSpec, route: &Route) -> Result<Request<Full<Bytes>>, Failure> {
+    let mut req = spec.outbound.request(route).await?;
+    for (name, value) in &route.headers {
+        req.headers_mut().insert(name.clone(), value.clone());
+    }
+    if spec.translator.is_some() {
+        // The SSE is parsed here, so it must arrive uncompressed.
+        req.headers_mut().insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+    }
+    Ok(req)
+}
+
+/// An HTTP error answer: classified from its status and body, kept whole
+/// to be passed on verbatim.
+async fn error_answer(parts: http::response::Parts, body: Incoming, idle: Duration) -> PreCommit {
+    let bytes = read_bounded(body, ERROR_BODY_LIMIT, idle).await;
+    let text = String::from_utf8_lossy(&bytes);
+    let code = classify_http(parts.status.as_u16(), &text);
+    let mut failure = Failure::new(code, summary(&text)).with_status(parts.status.as_u16());
+    failure.retry_after = if code == FailureCode::Quota {
+        policy::stated_reset(&parts.headers)
+    } else {
+        policy::retry_after(&parts.headers)
     };
-    let mut translator = factory();
+    let mut headers = parts.headers;
+    headers::strip_hop_by_hop(&mut headers);
+    PreCommit::Failed {
+        failure,
+        verbatim: Some(Verbatim {
+            status: parts.status,
+            headers,
+            body: bytes,
+        }),
+        held: None,
+    }
+}
+
+/// Reads an SSE answer, holding its frames back, until the first content
+/// frame (commit), an error or its end.
+async fn hold_until_content(
+    mut translator: Box<dyn StreamTranslator>,
+    mut body: Incoming,
+    idle: Duration,
+    sent_at: std::time::Instant,
+) -> PreCommit {
     let mut parser = SseParser::new();
     let mut held = BytesMut::new();
     // The upstream's own bytes until commit (refcounted, not copied): an
     // in-band error is passed on in the agent's wire from these.
     let mut native: Vec<Bytes> = Vec::new();
-    let mut body = body;
     loop {
-        let frame = match tokio::time::timeout(timeouts.idle, body.frame()).await {
-            Err(_) => {
-                return failed(Failure::new(
-                    FailureCode::Timeout,
-                    format!(
-                        "no data for {} ms before any content",
-                        timeouts.idle.as_millis()
-                    ),
-                ))
-            }
-            Ok(None) => {
-                return failed(Failure::new(
-                    FailureCode::EmptyResponse,
-                    "the upstream closed the stream with no content",
-                ))
-            }
-            Ok(Some(Err(e))) => {
-                return failed(Failure::new(
-                    FailureCode::Transport,
-                    format!(
-                        "upstream body broke before any content: {}",
-                        error_chain(&e)
-                    ),
-                ))
-            }
-            Ok(Some(Ok(frame))) => frame,
-        };
-        let Ok(data) = frame.into_data() else {
-            continue;
+        let data = match next_before_content(&mut body, idle).await {
+            Ok(Some(data)) => data,
+            Ok(None) => continue,
+            Err(f) => return failed(f),
         };
         native.push(data.clone());
         parser.push(data);
-        loop {
-            let event = match parser.next_event() {
-                Ok(Some(ev)) => ev,
-                Ok(None) => break,
-                Err(e) => {
-                    return failed(Failure::new(
-                        FailureCode::Server,
-                        format!("upstream stream: {e}"),
-                    ))
-                }
-            };
-            match translator.event(&event, &mut held) {
-                FrameClass::NotContent => {}
-                FrameClass::Content => {
-                    return Committed::sse(held, parser, translator, body, sent_at.elapsed())
-                }
-                FrameClass::Error(failure) => {
-                    return PreCommit::Failed {
-                        failure,
-                        verbatim: None,
-                        held: Some(InBand {
-                            translated: held,
-                            native: Bytes::from(native.concat()),
-                        }),
-                    }
-                }
-                FrameClass::End => {
-                    return failed(Failure::new(
-                        FailureCode::EmptyResponse,
-                        "the answer ended with no content",
-                    ))
+        match held_events(&mut parser, translator.as_mut(), &mut held) {
+            Held::More => {}
+            Held::Content => {
+                return Committed::sse(held, parser, translator, body, sent_at.elapsed())
+            }
+            Held::InBand(failure) => {
+                return PreCommit::Failed {
+                    failure,
+                    verbatim: None,
+                    held: Some(InBand {
+                        translated: held,
+                        native: Bytes::from(native.concat()),
+                    }),
                 }
             }
+            Held::Failed(failure) => return failed(failure),
         }
         if held.len() > HOLD_LIMIT {
             // Nothing but non-content so far, yet too much to hold: commit.
             return Committed::sse(held, parser, translator, body, sent_at.elapsed());
+        }
+    }
+}
+
+/// The next data frame of an answer with no content yet (`None`: a frame
+/// that is not data); its end, a break or silence is a failure.
+async fn next_before_content(
+    body: &mut Incoming,
+    idle: Duration,
+) -> Result<Option<Bytes>, Failure> {
+    match tokio::time::timeout(idle, body.frame()).await {
+        Err(_) => Err(Failure::new(
+            FailureCode::Timeout,
+            format!("no data for {} ms before any content", idle.as_millis()),
+        )),
+        Ok(None) => Err(Failure::new(
+            FailureCode::EmptyResponse,
+            "the upstream closed the stream with no content",
+        )),
+        Ok(Some(Err(e))) => Err(Failure::new(
+            FailureCode::Transport,
+            format!(
+                "upstream body broke before any content: {}",
+                error_chain(&e)
+            ),
+        )),
+        Ok(Some(Ok(frame))) => Ok(frame.into_data().ok()),
+    }
+}
+
+/// What the events parsed so far say, before any content.
+enum Held {
+    /// Nothing decisive yet: read on.
+    More,
+    /// The first content frame: commit.
+    Content,
+    /// An in-band error, to be passed on as the upstream sent it.
+    InBand(Failure),
+    /// A broken stream, or an end with no content.
+    Failed(Failure),
+}
+
+fn held_events(
+    parser: &mut SseParser,
+    translator: &mut dyn StreamTranslator,
+    held: &mut BytesMut,
+) -> Held {
+    loop {
+        let event = match parser.next_event() {
+            Ok(Some(ev)) => ev,
+            Ok(None) => return Held::More,
+            Err(e) => {
+                return Held::Failed(Failure::new(
+                    FailureCode::Server,
+                    format!("upstream stream: {e}"),
+                ))
+            }
+        };
+        match translator.event(&event, held) {
+            FrameClass::NotContent => {}
+            FrameClass::Content => return Held::Content,
+            FrameClass::Error(failure) => return Held::InBand(failure),
+            FrameClass::End => {
+                return Held::Failed(Failure::new(
+                    FailureCode::EmptyResponse,
+                    "the answer ended with no content",
+                ))
+            }
         }
     }
 }
@@ -339,128 +388,155 @@ pub async fn stream(
     tx: &BodyTx,
 ) -> Result<(), Failure> {
     match committed.mode {
-        Mode::Raw { mut body } => loop {
-            let next = tokio::select! {
-                biased;
-                // hyper ends a response as soon as it wrote `content-length`
-                // bytes, which can be before we saw the upstream body end:
-                // that client read everything, it did not go away.
-                _ = tx.closed() => {
-                    return if http_body::Body::is_end_stream(&body) { Ok(()) } else { Err(aborted()) };
-                }
-                _ = ctx.hard_stop.cancelled() => {
-                    let _ = tx.send(Err("shimgate is shutting down".into())).await;
-                    return Err(Failure::new(FailureCode::Server, "shimgate shut down mid-stream"));
-                }
-                next = tokio::time::timeout(idle, body.frame()) => next,
-            };
-            match next {
-                Err(_) => {
-                    let _ = tx.send(Err("upstream went idle".into())).await;
-                    return Err(Failure::new(
-                        FailureCode::Timeout,
-                        "upstream went idle mid-body",
-                    ));
-                }
-                Ok(None) => return Ok(()),
-                Ok(Some(Err(e))) => {
-                    let f = Failure::new(FailureCode::Transport, error_chain(&e));
-                    let _ = tx.send(Err(Box::new(e))).await;
-                    return Err(f);
-                }
-                Ok(Some(Ok(frame))) => {
-                    if let Ok(data) = frame.into_data() {
-                        if tx.send(Ok(data)).await.is_err() {
-                            return Err(aborted());
-                        }
+        Mode::Raw { body } => stream_raw(ctx, idle, body, tx).await,
+        Mode::Sse {
+            held,
+            parser,
+            translator,
+            body,
+        } => stream_sse(ctx, idle, (held, parser, translator), body, tx).await,
+    }
+}
+
+/// A raw answer, byte for byte.
+async fn stream_raw(
+    ctx: &ChainCtx,
+    idle: Duration,
+    mut body: Incoming,
+    tx: &BodyTx,
+) -> Result<(), Failure> {
+    loop {
+        let next = tokio::select! {
+            biased;
+            // hyper ends a response as soon as it wrote `content-length`
+            // bytes, which can be before we saw the upstream body end:
+            // that client read everything, it did not go away.
+            _ = tx.closed() => {
+                return if http_body::Body::is_end_stream(&body) { Ok(()) } else { Err(aborted()) };
+            }
+            _ = ctx.hard_stop.cancelled() => {
+                let _ = tx.send(Err("shimgate is shutting down".into())).await;
+                return Err(Failure::new(FailureCode::Server, "shimgate shut down mid-stream"));
+            }
+            next = tokio::time::timeout(idle, body.frame()) => next,
+        };
+        match next {
+            Err(_) => {
+                let _ = tx.send(Err("upstream went idle".into())).await;
+                return Err(Failure::new(
+                    FailureCode::Timeout,
+                    "upstream went idle mid-body",
+                ));
+            }
+            Ok(None) => return Ok(()),
+            Ok(Some(Err(e))) => {
+                let f = Failure::new(FailureCode::Transport, error_chain(&e));
+                let _ = tx.send(Err(Box::new(e))).await;
+                return Err(f);
+            }
+            Ok(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    if tx.send(Ok(data)).await.is_err() {
+                        return Err(aborted());
                     }
                 }
             }
-        },
-        Mode::Sse {
-            held,
-            mut parser,
-            mut translator,
-            mut body,
-        } => {
-            let mut out = held;
-            loop {
-                let mut end = None;
-                loop {
-                    match parser.next_event() {
-                        Ok(Some(ev)) => match translator.event(&ev, &mut out) {
-                            FrameClass::End => {
-                                end = Some(Ok(()));
-                                break;
-                            }
-                            FrameClass::Error(f) => {
-                                end = Some(Err(f));
-                                break;
-                            }
-                            FrameClass::Content | FrameClass::NotContent => {}
-                        },
-                        Ok(None) => break,
-                        Err(e) => {
-                            let f =
-                                Failure::new(FailureCode::Server, format!("upstream stream: {e}"));
-                            translator.fail(&f, &mut out);
-                            end = Some(Err(f));
-                            break;
-                        }
-                    }
+        }
+    }
+}
+
+/// A translated SSE answer: the frames held back first, then the rest as
+/// the translator writes it.
+async fn stream_sse(
+    ctx: &ChainCtx,
+    idle: Duration,
+    (held, mut parser, mut translator): (BytesMut, SseParser, Box<dyn StreamTranslator>),
+    mut body: Incoming,
+    tx: &BodyTx,
+) -> Result<(), Failure> {
+    let mut out = held;
+    loop {
+        let end = translate_events(&mut parser, translator.as_mut(), &mut out);
+        // All frames of one upstream read go out as one write.
+        if !out.is_empty() && tx.send(Ok(out.split().freeze())).await.is_err() {
+            return Err(aborted());
+        }
+        if let Some(end) = end {
+            return end;
+        }
+        let next = tokio::select! {
+            biased;
+            _ = tx.closed() => return Err(aborted()),
+            _ = ctx.hard_stop.cancelled() => Err(Failure::new(FailureCode::Server, "shimgate shut down before the stream ended")),
+            next = tokio::time::timeout(idle, body.frame()) => match next {
+                Err(_) => Err(Failure::new(FailureCode::Timeout, format!("upstream sent nothing for {} ms", idle.as_millis()))),
+                Ok(None) => Ok(None),
+                Ok(Some(Err(e))) => Err(Failure::new(FailureCode::Transport, format!("upstream broke mid-stream: {}", error_chain(&e)))),
+                Ok(Some(Ok(frame))) => Ok(Some(frame)),
+            },
+        };
+        match next {
+            Ok(Some(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    parser.push(data);
                 }
-                // All frames of one upstream read go out as one write.
+            }
+            Ok(None) => {
+                let result = at_eof(translator.as_mut(), &mut out);
                 if !out.is_empty() && tx.send(Ok(out.split().freeze())).await.is_err() {
                     return Err(aborted());
                 }
-                if let Some(end) = end {
-                    return end;
-                }
-                let next = tokio::select! {
-                    biased;
-                    _ = tx.closed() => return Err(aborted()),
-                    _ = ctx.hard_stop.cancelled() => Err(Failure::new(FailureCode::Server, "shimgate shut down before the stream ended")),
-                    next = tokio::time::timeout(idle, body.frame()) => match next {
-                        Err(_) => Err(Failure::new(FailureCode::Timeout, format!("upstream sent nothing for {} ms", idle.as_millis()))),
-                        Ok(None) => Ok(None),
-                        Ok(Some(Err(e))) => Err(Failure::new(FailureCode::Transport, format!("upstream broke mid-stream: {}", error_chain(&e)))),
-                        Ok(Some(Ok(frame))) => Ok(Some(frame)),
-                    },
-                };
-                match next {
-                    Ok(Some(frame)) => {
-                        if let Ok(data) = frame.into_data() {
-                            parser.push(data);
-                        }
-                    }
-                    Ok(None) => {
-                        let result = match translator.eof(&mut out) {
-                            FrameClass::End => Ok(()),
-                            FrameClass::Error(f) => {
-                                translator.fail(&f, &mut out);
-                                Err(f)
-                            }
-                            FrameClass::Content | FrameClass::NotContent => {
-                                let f = Failure::new(
-                                    FailureCode::Transport,
-                                    "upstream closed before its end frame",
-                                );
-                                translator.fail(&f, &mut out);
-                                Err(f)
-                            }
-                        };
-                        if !out.is_empty() && tx.send(Ok(out.split().freeze())).await.is_err() {
-                            return Err(aborted());
-                        }
-                        return result;
-                    }
-                    Err(f) => {
-                        translator.fail(&f, &mut out);
-                        let _ = tx.send(Ok(out.split().freeze())).await;
-                        return Err(f);
-                    }
-                }
+                return result;
             }
+            Err(f) => {
+                translator.fail(&f, &mut out);
+                let _ = tx.send(Ok(out.split().freeze())).await;
+                return Err(f);
+            }
+        }
+    }
+}
+
+/// Translates the events parsed so far into `out`; `Some` when the answer
+/// ended (its end frame, an in-band error, a broken stream).
+fn translate_events(
+    parser: &mut SseParser,
+    translator: &mut dyn StreamTranslator,
+    out: &mut BytesMut,
+) -> Option<Result<(), Failure>> {
+    loop {
+        match parser.next_event() {
+            Ok(Some(ev)) => match translator.event(&ev, out) {
+                FrameClass::End => return Some(Ok(())),
+                FrameClass::Error(f) => return Some(Err(f)),
+                FrameClass::Content | FrameClass::NotContent => {}
+            },
+            Ok(None) => return None,
+            Err(e) => {
+                let f = Failure::new(FailureCode::Server, format!("upstream stream: {e}"));
+                translator.fail(&f, out);
+                return Some(Err(f));
+            }
+        }
+    }
+}
+
+/// The upstream closed the body: a clean end only if the translator saw
+/// (or can write) the answer's end.
+fn at_eof(translator: &mut dyn StreamTranslator, out: &mut BytesMut) -> Result<(), Failure> {
+    match translator.eof(out) {
+        FrameClass::End => Ok(()),
+        FrameClass::Error(f) => {
+            translator.fail(&f, out);
+            Err(f)
+        }
+        FrameClass::Content | FrameClass::NotContent => {
+            let f = Failure::new(
+                FailureCode::Transport,
+                "upstream closed before its end frame",
+            );
+            translator.fail(&f, out);
+            Err(f)
         }
     }
 }

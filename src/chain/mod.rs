@@ -7,7 +7,9 @@
 //! CONTEXT_WINDOW_EXCEEDED; hold every frame back until the first content
 //! frame, after which failures are passed on and the stream ends with an
 //! error frame; quota failures cool the route; a route at its concurrency cap
-//! is skipped; housekeeping calls get one try on the first route.
+//! is skipped; housekeeping calls get one try on the first route. The rules
+//! are [`decide::decide`], a pure function; the driver here carries out its
+//! answers (waits, sends, cools, logs).
 //!
 //! The work runs in the caller's task until the head is known (see
 //! [`Inline`]), then a committed stream goes on in its own task; either way
@@ -21,14 +23,16 @@ mod response;
 pub use attempt::{error_chain, relay, sse_headers};
 pub use outbound::{FixedOutbound, Outbound, OutboundFuture};
 pub use response::{ChainError, ChainResponse};
+pub mod decide;
 pub mod latency;
 pub mod policy;
 pub mod state;
 
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::StatusCode;
@@ -40,7 +44,7 @@ use tracing::{info, warn, Instrument};
 use crate::config::{Config, Ordering, RetryPolicy, Route, Timeouts};
 use crate::http::body::{BoxError, ChannelBody};
 use crate::http::client::HttpClient;
-use policy::RetryDecision;
+use decide::{Decision, Event, Next, Now, Progress, Rules, Stop};
 use state::{AttemptEntry, CallRecord, ChainState, Outcome, RouteReport};
 
 /// Makes a fresh translator for each attempt.
@@ -169,44 +173,366 @@ impl Drop for Inline {
 /// The sending half of a streaming response body.
 pub type BodyTx = tokio::sync::mpsc::Sender<Result<Bytes, BoxError>>;
 
-struct CallLog<'a> {
+/// One route of the plan, as the driver walks it.
+struct Leg<'a> {
+    /// Which route of the call (1-based).
+    attempt: usize,
+    route: &'a Route,
+    /// The route after this one, if any.
+    next: Option<&'a str>,
+}
+
+/// What the log needs of one try (or skip) on a route.
+struct Tried<'a> {
+    leg: &'a Leg<'a>,
+    tries: u32,
+    failure: Option<&'a Failure>,
+    /// This try's time (its ring-log entry).
+    took: Duration,
+    /// The route's time so far (its report).
+    on_route: Duration,
+}
+
+/// One call on its way through the chain: it asks [`decide`] what to do
+/// after each try, does it, and logs what happened.
+struct Driver<'a> {
     ctx: &'a ChainCtx,
     spec: &'a CallSpec,
     call: u64,
     at: SystemTime,
     started: Instant,
     reports: Vec<RouteReport>,
+    /// Where the head goes; taken when it is sent.
+    head_tx: Option<oneshot::Sender<ChainResponse>>,
 }
 
-impl CallLog<'_> {
-    #[allow(clippy::too_many_arguments)]
-    fn attempt(
-        &self,
-        attempt: usize,
-        try_no: u32,
-        route: &str,
-        failure: Option<&Failure>,
-        elapsed: std::time::Duration,
-        will_retry: bool,
-        switched: bool,
-    ) {
+async fn drive(ctx: ChainCtx, spec: CallSpec, head_tx: oneshot::Sender<ChainResponse>) {
+    let mut call = Driver {
+        ctx: &ctx,
+        spec: &spec,
+        call: ctx.state.next_call(),
+        at: SystemTime::now(),
+        started: Instant::now(),
+        reports: Vec::new(),
+        head_tx: Some(head_tx),
+    };
+    let plan = if spec.housekeeping {
+        state::Plan::housekeeping(&spec.routes)
+    } else {
+        ctx.state
+            .plan(spec.shim, &spec.routes, &spec.ordering, Now::system())
+    };
+    if plan.routes.is_empty() {
+        call.answer(ChainResponse::Failed(ChainError::NoRoutes {
+            shim: spec.shim,
+        }));
+        call.finish(Outcome::Failed, None);
+        return;
+    }
+    call.report_cooling(&plan.cooling);
+    for (index, route) in plan.routes.iter().enumerate() {
+        let leg = Leg {
+            attempt: index + 1,
+            route,
+            next: plan.routes.get(index + 1).map(|r| r.name.as_str()),
+        };
+        if call.route(&leg).await.is_break() {
+            return;
+        }
+    }
+    // Past the last route: the core said `Exhausted` there.
+    call.exhausted();
+}
+
+impl Driver<'_> {
+    /// Tries one route until the core says to leave it (`Continue`: on to
+    /// the next route, or past the last) or the call is over (`Break`,
+    /// answered and logged).
+    async fn route(&mut self, leg: &Leg<'_>) -> ControlFlow<()> {
+        let Some(_permit) = self.ctx.state.try_acquire(self.spec.shim, leg.route) else {
+            let failure = Failure::new(
+                FailureCode::Capacity,
+                format!("at its concurrency cap of {}", leg.route.max_concurrency),
+            );
+            let decision = self.decide(Event::AtCapacity, leg, 0, Now::system());
+            self.record(&Tried::skipped(leg, &failure), &decision);
+            return ControlFlow::Continue(());
+        };
+        let started = Instant::now();
+        let mut tries = 0u32;
+        loop {
+            tries += 1;
+            let t0 = Instant::now();
+            let (failure, verbatim, held) = match self.try_once(leg.route).await {
+                attempt::PreCommit::Aborted => {
+                    let gone = Failure::new(FailureCode::Aborted, "the client went away");
+                    let decision = self.decide(Event::ClientGone, leg, tries, Now::system());
+                    let tried = Tried::new(leg, tries, Some(&gone), t0, started);
+                    self.record(&tried, &decision);
+                    self.finish(Outcome::Aborted, Some(FailureCode::Aborted));
+                    return ControlFlow::Break(());
+                }
+                attempt::PreCommit::Committed(committed) => {
+                    return self.commit(leg, tries, (t0, started), committed).await;
+                }
+                attempt::PreCommit::Failed {
+                    failure,
+                    verbatim,
+                    held,
+                } => (failure, verbatim, held),
+            };
+            let now = Now::system();
+            let decision = self.decide(Event::Failed(&failure), leg, tries, now);
+            self.cool(leg, &failure, &decision, now);
+            self.record(
+                &Tried::new(leg, tries, Some(&failure), t0, started),
+                &decision,
+            );
+            match decision.next {
+                Next::Retry { wait } => {
+                    warn!(shim = self.spec.shim, route = %leg.route.name, try_no = tries, code = %failure.code, reason = %failure.message, wait_ms = wait.as_millis() as u64, "attempt failed; retrying on the same route");
+                    self.backoff(wait, leg, tries, started).await?;
+                }
+                Next::Switch | Next::Stop(Stop::Exhausted) => {
+                    match leg.next {
+                        Some(next) => {
+                            warn!(shim = self.spec.shim, route = %leg.route.name, next = %next, code = %failure.code, reason = %failure.message, tries, "route failed; switching")
+                        }
+                        None => {
+                            warn!(shim = self.spec.shim, route = %leg.route.name, code = %failure.code, reason = %failure.message, tries, "last route failed")
+                        }
+                    }
+                    return ControlFlow::Continue(());
+                }
+                Next::Stop(stop) => return self.stop(stop, leg, failure, verbatim, held),
+            }
+        }
+    }
+
+    /// One try, unless the client leaves or shimgate stops first.
+    async fn try_once(&mut self, route: &Route) -> attempt::PreCommit {
+        tokio::select! {
+            biased;
+            _ = gone(&mut self.head_tx) => attempt::PreCommit::Aborted,
+            _ = self.ctx.hard_stop.cancelled() => attempt::PreCommit::Failed {
+                failure: Failure::new(FailureCode::Server, "shimgate is shutting down"),
+                verbatim: None,
+                held: None,
+            },
+            pre = attempt::pre_commit(self.ctx, self.spec, route) => pre,
+        }
+    }
+
+    /// Asks the core about `event` on `leg`'s `tries`-th try.
+    fn decide(&self, event: Event<'_>, leg: &Leg<'_>, tries: u32, now: Now) -> Decision {
+        let rules = Rules {
+            retry: &self.spec.retry,
+            ordering: &self.spec.ordering,
+            housekeeping: self.spec.housekeeping,
+        };
+        let at = Progress {
+            tries,
+            has_next: leg.next.is_some(),
+            shutting_down: self.ctx.hard_stop.is_cancelled(),
+            draw: fastrand::f64(),
+        };
+        decide::decide(event, &at, &rules, now)
+    }
+
+    /// Puts the route on the cooldown the core asked for.
+    fn cool(&self, leg: &Leg<'_>, failure: &Failure, decision: &Decision, now: Now) {
+        if let Some(rest) = decision.cool {
+            let (shim, route) = (self.spec.shim, &leg.route.name);
+            self.ctx
+                .state
+                .cool(shim, route, rest, &failure.to_string(), now);
+            warn!(shim, route = %route, rest_ms = rest.as_millis() as u64, "quota exhausted; route cools down");
+        }
+    }
+
+    /// Waits out a backoff. `Break` when the client left or shimgate
+    /// stopped meanwhile (answered and logged).
+    async fn backoff(
+        &mut self,
+        wait: Duration,
+        leg: &Leg<'_>,
+        tries: u32,
+        started: Instant,
+    ) -> ControlFlow<()> {
+        tokio::select! {
+            biased;
+            _ = gone(&mut self.head_tx) => {
+                // No try was made: the route's report only.
+                let f = Failure::new(FailureCode::Aborted, "the client went away during backoff");
+                let tried = Tried::new(leg, tries, Some(&f), started, started);
+                self.reports.push(tried.report(None));
+                self.finish(Outcome::Aborted, Some(FailureCode::Aborted));
+                ControlFlow::Break(())
+            }
+            _ = self.ctx.hard_stop.cancelled() => {
+                self.answer(ChainResponse::Failed(ChainError::ShuttingDown));
+                self.finish(Outcome::Failed, None);
+                ControlFlow::Break(())
+            }
+            _ = tokio::time::sleep(wait) => ControlFlow::Continue(()),
+        }
+    }
+
+    /// Sends a committed answer's head and streams the rest; the call ends
+    /// with the stream.
+    async fn commit(
+        &mut self,
+        leg: &Leg<'_>,
+        tries: u32,
+        (t0, started): (Instant, Instant),
+        mut committed: attempt::Committed,
+    ) -> ControlFlow<()> {
+        let decision = self.decide(Event::Committed, leg, tries, Now::system());
+        let shim = self.spec.shim;
+        if leg.attempt == 1 && tries == 1 {
+            let overhead = self
+                .spec
+                .received
+                .elapsed()
+                .saturating_sub(committed.upstream_time);
+            self.ctx.state.latency.overhead[latency::Latency::slot(shim)].observe(overhead);
+        }
+        let _streaming = self.ctx.state.stream_started();
+        let (status, headers) = committed.head(&leg.route.name);
+        let (body_tx, body) = ChannelBody::channel();
+        committed.release_held(&body_tx);
+        let route = leg.route.name.clone();
+        if !self.answer(ChainResponse::Stream {
+            status,
+            headers,
+            body,
+            route,
+        }) {
+            // Gone at the moment of commit: a ring-log entry but no route
+            // report, as the driver has always logged it (the route list of
+            // this call is left without the route that committed).
+            let f = Failure::new(FailureCode::Aborted, "the client went away");
+            self.entry(&Tried::new(leg, tries, Some(&f), t0, started), false, false);
+            self.finish(Outcome::Aborted, Some(FailureCode::Aborted));
+            return ControlFlow::Break(());
+        }
+        let end = attempt::stream(self.ctx, self.spec.timeouts.idle, committed, &body_tx).await;
+        let failure = end.err();
+        if let Some(f) = failure.as_ref().filter(|f| f.code != FailureCode::Aborted) {
+            warn!(shim, route = %leg.route.name, code = %f.code, reason = %f.message, "stream failed after content; passed on to the client");
+        }
+        self.record(
+            &Tried::new(leg, tries, failure.as_ref(), t0, started),
+            &decision,
+        );
+        let outcome = match &failure {
+            None => Outcome::Ok,
+            Some(f) if f.code == FailureCode::Aborted => Outcome::Aborted,
+            Some(_) => Outcome::Failed,
+        };
+        self.finish(outcome, failure.map(|f| f.code));
+        ControlFlow::Break(())
+    }
+
+    /// Ends the call on a failure the core does not switch on: the
+    /// upstream's own answer when there is one.
+    fn stop(
+        &mut self,
+        stop: Stop,
+        leg: &Leg<'_>,
+        failure: Failure,
+        verbatim: Option<attempt::Verbatim>,
+        held: Option<attempt::InBand>,
+    ) -> ControlFlow<()> {
+        info!(shim = self.spec.shim, route = %leg.route.name, code = %failure.code, "failure ends the call without switching");
+        let code = failure.code;
+        let head = match stop {
+            Stop::ShuttingDown => ChainResponse::Failed(ChainError::ShuttingDown),
+            // `Committed` and `Aborted` never follow a failure, and
+            // `Exhausted` does not come here: all three answer as `Final`.
+            Stop::Final | Stop::Exhausted | Stop::Committed | Stop::Aborted => {
+                let route = leg.route.name.clone();
+                failure_answer(failure, route, verbatim, held, &self.reports)
+            }
+        };
+        self.answer(head);
+        self.finish(Outcome::Failed, Some(code));
+        ControlFlow::Break(())
+    }
+
+    /// Every route failed: one error listing each.
+    fn exhausted(&mut self) {
+        let error = ChainError::Exhausted {
+            reports: self.reports.clone(),
+        };
+        warn!(
+            shim = self.spec.shim,
+            kind = self.spec.kind,
+            "{}",
+            error.message()
+        );
+        self.answer(ChainResponse::Failed(error));
+        self.finish(Outcome::Failed, Some(FailureCode::AutoRoutesExhausted));
+    }
+
+    /// Hands the head to the caller; `false` when the caller is gone.
+    fn answer(&mut self, head: ChainResponse) -> bool {
+        self.head_tx.take().is_some_and(|tx| tx.send(head).is_ok())
+    }
+
+    /// Logs one try (or skip) as the core decided it: its ring-log entry,
+    /// and the route's report when the call leaves the route (a retry
+    /// stays on it).
+    fn record(&mut self, tried: &Tried<'_>, decision: &Decision) {
+        self.entry(tried, decision.will_retry(), decision.switched());
+        if decision.leaves_route() {
+            let to = tried.leg.next.filter(|_| decision.switched());
+            self.reports.push(tried.report(to));
+        }
+    }
+
+    /// The ring-log entry of one try (and the route's counters).
+    fn entry(&self, tried: &Tried<'_>, will_retry: bool, switched: bool) {
+        let failure = tried.failure;
         self.ctx.state.record(AttemptEntry {
             at: SystemTime::now(),
             call: self.call,
             shim: self.spec.shim,
-            attempt,
-            try_no,
-            route: route.to_string(),
+            attempt: tried.leg.attempt,
+            try_no: tried.tries,
+            route: tried.leg.route.name.clone(),
             ok: failure.is_none(),
             code: failure.map(|f| f.code),
             reason: failure.map(|f| f.to_string()),
-            elapsed,
+            elapsed: tried.took,
             will_retry,
             switched,
         });
     }
 
-    fn finish(self, outcome: Outcome, code: Option<FailureCode>) {
+    /// The routes the plan left out because they are cooling, in the
+    /// call's route list.
+    fn report_cooling(&mut self, cooling: &[(Route, SystemTime)]) {
+        for (route, until) in cooling {
+            self.reports.push(RouteReport {
+                attempt: 0,
+                route: route.name.clone(),
+                tries: 0,
+                ok: false,
+                code: Some(FailureCode::Quota),
+                reason: Some(format!(
+                    "cooling after a quota failure until {}",
+                    crate::clock::iso8601(*until)
+                )),
+                elapsed: Duration::ZERO,
+                switched_to: None,
+                retry_after: None,
+            });
+        }
+    }
+
+    /// Records how the call ended.
+    fn finish(&mut self, outcome: Outcome, code: Option<FailureCode>) {
         self.ctx.state.finish_call(CallRecord {
             call: self.call,
             shim: self.spec.shim,
@@ -215,317 +541,96 @@ impl CallLog<'_> {
             elapsed: self.started.elapsed(),
             outcome,
             code,
-            routes: self.reports,
+            routes: std::mem::take(&mut self.reports),
         });
     }
 }
 
-async fn drive(ctx: ChainCtx, spec: CallSpec, mut head_tx: oneshot::Sender<ChainResponse>) {
-    let mut log = CallLog {
-        ctx: &ctx,
-        spec: &spec,
-        call: ctx.state.next_call(),
-        at: SystemTime::now(),
-        started: Instant::now(),
-        reports: Vec::new(),
-    };
-    let plan = if spec.housekeeping {
-        state::Plan {
-            routes: spec.routes.iter().take(1).cloned().collect(),
-            cooling: Vec::new(),
+impl<'a> Tried<'a> {
+    fn new(
+        leg: &'a Leg<'a>,
+        tries: u32,
+        failure: Option<&'a Failure>,
+        t0: Instant,
+        route_started: Instant,
+    ) -> Tried<'a> {
+        Tried {
+            leg,
+            tries,
+            failure,
+            took: t0.elapsed(),
+            on_route: route_started.elapsed(),
+        }
+    }
+
+    /// A route skipped without a try.
+    fn skipped(leg: &'a Leg<'a>, failure: &'a Failure) -> Tried<'a> {
+        Tried {
+            leg,
+            tries: 0,
+            failure: Some(failure),
+            took: Duration::ZERO,
+            on_route: Duration::ZERO,
+        }
+    }
+
+    /// The route's part in the call.
+    fn report(&self, switched_to: Option<&str>) -> RouteReport {
+        let failure = self.failure;
+        RouteReport {
+            attempt: self.leg.attempt,
+            route: self.leg.route.name.clone(),
+            tries: self.tries,
+            ok: failure.is_none(),
+            code: failure.map(|f| f.code),
+            reason: failure.map(|f| f.to_string()),
+            elapsed: self.on_route,
+            switched_to: switched_to.map(str::to_owned),
+            retry_after: failure.and_then(|f| f.retry_after),
+        }
+    }
+}
+
+/// Resolves when the caller stopped waiting for the head (at once when
+/// the head is already sent).
+async fn gone(head_tx: &mut Option<oneshot::Sender<ChainResponse>>) {
+    if let Some(tx) = head_tx {
+        tx.closed().await;
+    }
+}
+
+/// The answer to a failure that ends the call: the upstream's HTTP error
+/// as it sent it, an in-band error as the upstream sent it, or (neither:
+/// the try never got an answer) the per-route error.
+fn failure_answer(
+    failure: Failure,
+    route: String,
+    verbatim: Option<attempt::Verbatim>,
+    held: Option<attempt::InBand>,
+    reports: &[RouteReport],
+) -> ChainResponse {
+    if let Some(v) = verbatim {
+        ChainResponse::Verbatim {
+            status: v.status,
+            headers: v.headers,
+            body: v.body,
+            failure: Some((failure, route)),
+            native: None,
+        }
+    } else if let Some(held) = held {
+        // An in-band error the client must see as the upstream sent it.
+        ChainResponse::Verbatim {
+            status: StatusCode::OK,
+            headers: attempt::sse_headers(&route),
+            body: held.translated.freeze(),
+            failure: Some((failure, route)),
+            native: Some(held.native),
         }
     } else {
-        ctx.state.plan(spec.shim, &spec.routes, &spec.ordering)
-    };
-    if plan.routes.is_empty() {
-        let _ = head_tx.send(ChainResponse::Failed(ChainError::NoRoutes {
-            shim: spec.shim,
-        }));
-        log.finish(Outcome::Failed, None);
-        return;
+        ChainResponse::Failed(ChainError::Exhausted {
+            reports: reports.to_vec(),
+        })
     }
-    for (route, until) in &plan.cooling {
-        log.reports.push(RouteReport {
-            attempt: 0,
-            route: route.name.clone(),
-            tries: 0,
-            ok: false,
-            code: Some(FailureCode::Quota),
-            reason: Some(format!(
-                "cooling after a quota failure until {}",
-                crate::clock::iso8601(*until)
-            )),
-            elapsed: std::time::Duration::ZERO,
-            switched_to: None,
-            retry_after: None,
-        });
-    }
-    for (index, route) in plan.routes.iter().enumerate() {
-        let attempt_no = index + 1;
-        let next_route = plan.routes.get(index + 1).map(|r| r.name.clone());
-        let Some(_permit) = ctx.state.try_acquire(spec.shim, route) else {
-            let failure = Failure::new(
-                FailureCode::Capacity,
-                format!("at its concurrency cap of {}", route.max_concurrency),
-            );
-            log.attempt(
-                attempt_no,
-                0,
-                &route.name,
-                Some(&failure),
-                Default::default(),
-                false,
-                next_route.is_some(),
-            );
-            log.reports.push(report(
-                attempt_no,
-                route,
-                0,
-                Some(&failure),
-                Default::default(),
-                next_route.clone(),
-            ));
-            continue;
-        };
-        let route_started = Instant::now();
-        let mut tries = 0u32;
-        loop {
-            tries += 1;
-            let t0 = Instant::now();
-            let pre = tokio::select! {
-                biased;
-                _ = head_tx.closed() => attempt::PreCommit::Aborted,
-                _ = ctx.hard_stop.cancelled() => attempt::PreCommit::Failed {
-                    failure: Failure::new(FailureCode::Server, "shimgate is shutting down"),
-                    verbatim: None,
-                    held: None,
-                },
-                pre = attempt::pre_commit(&ctx, &spec, route) => pre,
-            };
-            match pre {
-                attempt::PreCommit::Aborted => {
-                    let f = Failure::new(FailureCode::Aborted, "the client went away");
-                    log.attempt(
-                        attempt_no,
-                        tries,
-                        &route.name,
-                        Some(&f),
-                        t0.elapsed(),
-                        false,
-                        false,
-                    );
-                    log.reports.push(report(
-                        attempt_no,
-                        route,
-                        tries,
-                        Some(&f),
-                        route_started.elapsed(),
-                        None,
-                    ));
-                    log.finish(Outcome::Aborted, Some(FailureCode::Aborted));
-                    return;
-                }
-                attempt::PreCommit::Committed(mut committed) => {
-                    if index == 0 && tries == 1 {
-                        let overhead = spec
-                            .received
-                            .elapsed()
-                            .saturating_sub(committed.upstream_time);
-                        ctx.state.latency.overhead[crate::chain::latency::Latency::slot(spec.shim)]
-                            .observe(overhead);
-                    }
-                    let _streaming = ctx.state.stream_started();
-                    let (status, headers) = committed.head(&route.name);
-                    let (body_tx, body) = ChannelBody::channel();
-                    committed.release_held(&body_tx);
-                    if head_tx
-                        .send(ChainResponse::Stream {
-                            status,
-                            headers,
-                            body,
-                            route: route.name.clone(),
-                        })
-                        .is_err()
-                    {
-                        let f = Failure::new(FailureCode::Aborted, "the client went away");
-                        log.attempt(
-                            attempt_no,
-                            tries,
-                            &route.name,
-                            Some(&f),
-                            t0.elapsed(),
-                            false,
-                            false,
-                        );
-                        log.finish(Outcome::Aborted, Some(FailureCode::Aborted));
-                        return;
-                    }
-                    let end = attempt::stream(&ctx, spec.timeouts.idle, committed, &body_tx).await;
-                    let failure = end.err();
-                    if let Some(f) = &failure {
-                        if f.code != FailureCode::Aborted {
-                            warn!(shim = spec.shim, route = %route.name, code = %f.code, reason = %f.message, "stream failed after content; passed on to the client");
-                        }
-                    }
-                    log.attempt(
-                        attempt_no,
-                        tries,
-                        &route.name,
-                        failure.as_ref(),
-                        t0.elapsed(),
-                        false,
-                        false,
-                    );
-                    log.reports.push(report(
-                        attempt_no,
-                        route,
-                        tries,
-                        failure.as_ref(),
-                        route_started.elapsed(),
-                        None,
-                    ));
-                    let outcome = match &failure {
-                        None => Outcome::Ok,
-                        Some(f) if f.code == FailureCode::Aborted => Outcome::Aborted,
-                        Some(_) => Outcome::Failed,
-                    };
-                    log.finish(outcome, failure.map(|f| f.code));
-                    return;
-                }
-                attempt::PreCommit::Failed {
-                    failure,
-                    verbatim,
-                    held,
-                } => {
-                    let elapsed = t0.elapsed();
-                    if failure.code == FailureCode::Quota {
-                        let rest = failure.retry_after.unwrap_or(spec.ordering.quota_cooldown);
-                        ctx.state
-                            .cool(spec.shim, &route.name, rest, &failure.to_string());
-                        warn!(shim = spec.shim, route = %route.name, rest_ms = rest.as_millis() as u64, "quota exhausted; route cools down");
-                    }
-                    let shutting_down = ctx.hard_stop.is_cancelled();
-                    if failure.code.never_switches() || spec.housekeeping || shutting_down {
-                        log.attempt(
-                            attempt_no,
-                            tries,
-                            &route.name,
-                            Some(&failure),
-                            elapsed,
-                            false,
-                            false,
-                        );
-                        log.reports.push(report(
-                            attempt_no,
-                            route,
-                            tries,
-                            Some(&failure),
-                            route_started.elapsed(),
-                            None,
-                        ));
-                        info!(shim = spec.shim, route = %route.name, code = %failure.code, "failure ends the call without switching");
-                        let what = Some((failure.clone(), route.name.clone()));
-                        let head = if shutting_down {
-                            ChainResponse::Failed(ChainError::ShuttingDown)
-                        } else if let Some(v) = verbatim {
-                            ChainResponse::Verbatim {
-                                status: v.status,
-                                headers: v.headers,
-                                body: v.body,
-                                failure: what,
-                                native: None,
-                            }
-                        } else if let Some(held) = held {
-                            // An in-band error the client must see as the upstream sent it.
-                            ChainResponse::Verbatim {
-                                status: StatusCode::OK,
-                                headers: attempt::sse_headers(&route.name),
-                                body: held.translated.freeze(),
-                                failure: what,
-                                native: Some(held.native),
-                            }
-                        } else {
-                            ChainResponse::Failed(ChainError::Exhausted {
-                                reports: log.reports.clone(),
-                            })
-                        };
-                        let _ = head_tx.send(head);
-                        log.finish(Outcome::Failed, Some(failure.code));
-                        return;
-                    }
-                    let retryable = spec.retry.retryable.contains(&failure.code)
-                        && tries <= spec.retry.max_retries;
-                    let decision = if retryable {
-                        policy::retry_decision(&spec.retry, tries, failure.retry_after)
-                    } else {
-                        RetryDecision::SwitchNow
-                    };
-                    match decision {
-                        RetryDecision::Wait(wait) => {
-                            log.attempt(
-                                attempt_no,
-                                tries,
-                                &route.name,
-                                Some(&failure),
-                                elapsed,
-                                true,
-                                false,
-                            );
-                            warn!(shim = spec.shim, route = %route.name, try_no = tries, code = %failure.code, reason = %failure.message, wait_ms = wait.as_millis() as u64, "attempt failed; retrying on the same route");
-                            tokio::select! {
-                                biased;
-                                _ = head_tx.closed() => {
-                                    log.reports.push(report(attempt_no, route, tries, Some(&Failure::new(FailureCode::Aborted, "the client went away during backoff")), route_started.elapsed(), None));
-                                    log.finish(Outcome::Aborted, Some(FailureCode::Aborted));
-                                    return;
-                                }
-                                _ = ctx.hard_stop.cancelled() => {
-                                    let _ = head_tx.send(ChainResponse::Failed(ChainError::ShuttingDown));
-                                    log.finish(Outcome::Failed, None);
-                                    return;
-                                }
-                                _ = tokio::time::sleep(wait) => {}
-                            }
-                        }
-                        RetryDecision::SwitchNow => {
-                            log.attempt(
-                                attempt_no,
-                                tries,
-                                &route.name,
-                                Some(&failure),
-                                elapsed,
-                                false,
-                                next_route.is_some(),
-                            );
-                            log.reports.push(report(
-                                attempt_no,
-                                route,
-                                tries,
-                                Some(&failure),
-                                route_started.elapsed(),
-                                next_route.clone(),
-                            ));
-                            match &next_route {
-                                Some(next) => {
-                                    warn!(shim = spec.shim, route = %route.name, next = %next, code = %failure.code, reason = %failure.message, tries, "route failed; switching")
-                                }
-                                None => {
-                                    warn!(shim = spec.shim, route = %route.name, code = %failure.code, reason = %failure.message, tries, "last route failed")
-                                }
-                            }
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-    }
-    let error = ChainError::Exhausted {
-        reports: log.reports.clone(),
-    };
-    warn!(shim = spec.shim, kind = spec.kind, "{}", error.message());
-    let _ = head_tx.send(ChainResponse::Failed(error));
-    log.finish(Outcome::Failed, Some(FailureCode::AutoRoutesExhausted));
 }
 
 /// Whether a JSON body marks a housekeeping call (`purpose` compaction or
@@ -538,25 +643,4 @@ pub fn is_housekeeping(body: &[u8]) -> bool {
         .ok()
         .and_then(|v| v.get("purpose").and_then(|p| p.as_str()).map(str::to_owned))
         .is_some_and(|p| p == "compaction" || p == "session-title")
-}
-
-fn report(
-    attempt: usize,
-    route: &Route,
-    tries: u32,
-    failure: Option<&Failure>,
-    elapsed: std::time::Duration,
-    switched_to: Option<String>,
-) -> RouteReport {
-    RouteReport {
-        attempt,
-        route: route.name.clone(),
-        tries,
-        ok: failure.is_none(),
-        code: failure.map(|f| f.code),
-        reason: failure.map(|f| f.to_string()),
-        elapsed,
-        switched_to,
-        retry_after: failure.and_then(|f| f.retry_after),
-    }
 }

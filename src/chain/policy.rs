@@ -8,12 +8,14 @@ use http::HeaderMap;
 use crate::config::RetryPolicy;
 
 /// The backoff before retry number `retry` (1-based): exponential from the
-/// initial delay, capped, with symmetric jitter.
-pub fn backoff(policy: &RetryPolicy, retry: u32) -> Duration {
+/// initial delay, capped, with symmetric jitter. `draw` is a uniform draw
+/// from `[0, 1)` (the caller's, so tests can choose it): 0 is the low end of
+/// the jitter, 0.5 none, towards 1 the high end.
+pub fn backoff(policy: &RetryPolicy, retry: u32, draw: f64) -> Duration {
     let base =
         policy.initial_delay.as_secs_f64() * 2f64.powi(retry.saturating_sub(1).min(30) as i32);
     let capped = base.min(policy.max_delay.as_secs_f64());
-    let jitter = policy.jitter_ratio * (2.0 * fastrand::f64() - 1.0);
+    let jitter = policy.jitter_ratio * (2.0 * draw - 1.0);
     Duration::from_secs_f64((capped * (1.0 + jitter)).max(0.0))
 }
 
@@ -29,12 +31,17 @@ pub enum RetryDecision {
 /// Chooses the wait before retry number `retry`: the upstream's own
 /// Retry-After when it is within the cap, else backoff; beyond the cap the
 /// route is left at once (waiting two minutes for a rate limit rarely beats
-/// a healthy route).
-pub fn retry_decision(policy: &RetryPolicy, retry: u32, asked: Option<Duration>) -> RetryDecision {
+/// a healthy route). `draw` is the jitter draw of [`backoff`].
+pub fn retry_decision(
+    policy: &RetryPolicy,
+    retry: u32,
+    asked: Option<Duration>,
+    draw: f64,
+) -> RetryDecision {
     match asked {
         Some(wait) if wait > policy.max_delay => RetryDecision::SwitchNow,
         Some(wait) => RetryDecision::Wait(wait),
-        None => RetryDecision::Wait(backoff(policy, retry)),
+        None => RetryDecision::Wait(backoff(policy, retry, draw)),
     }
 }
 
@@ -143,15 +150,15 @@ mod tests {
     #[test]
     fn backoff_doubles_from_500ms_and_caps_at_10s() {
         let p = policy();
-        let ms: Vec<u128> = (1..=6).map(|n| backoff(&p, n).as_millis()).collect();
+        let ms: Vec<u128> = (1..=6).map(|n| backoff(&p, n, 0.5).as_millis()).collect();
         assert_eq!(ms, vec![500, 1000, 2000, 4000, 8000, 10000]);
     }
 
     #[test]
     fn jitter_stays_within_ten_percent() {
         let p = RetryPolicy::default();
-        for _ in 0..200 {
-            let d = backoff(&p, 2).as_millis();
+        for i in 0..200 {
+            let d = backoff(&p, 2, f64::from(i) / 200.0).as_millis();
             assert!((900..=1100).contains(&d), "{d}");
         }
     }
@@ -160,11 +167,11 @@ mod tests {
     fn retry_after_within_cap_is_honoured_and_beyond_it_switches() {
         let p = policy();
         assert_eq!(
-            retry_decision(&p, 1, Some(Duration::from_secs(3))),
+            retry_decision(&p, 1, Some(Duration::from_secs(3)), 0.5),
             RetryDecision::Wait(Duration::from_secs(3))
         );
         assert_eq!(
-            retry_decision(&p, 1, Some(Duration::from_secs(120))),
+            retry_decision(&p, 1, Some(Duration::from_secs(120)), 0.5),
             RetryDecision::SwitchNow
         );
     }

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::{json, Value};
 use shimgate_shim_api::FailureCode;
 
+use crate::chain::decide::Now;
 use crate::chain::latency::Latency;
 use crate::clock::{epoch_ms, iso8601};
 use crate::config::{Ordering, OrderingMode, Route};
@@ -176,6 +177,17 @@ pub struct Plan {
     pub cooling: Vec<(Route, SystemTime)>,
 }
 
+impl Plan {
+    /// A housekeeping call's plan: the first route only, cooling or not
+    /// (such calls pass straight through, without failover).
+    pub fn housekeeping(routes: &[Route]) -> Plan {
+        Plan {
+            routes: routes.iter().take(1).cloned().collect(),
+            cooling: Vec::new(),
+        }
+    }
+}
+
 impl ChainState {
     /// A fresh state.
     pub fn new() -> Self {
@@ -204,13 +216,19 @@ impl ChainState {
         self.call_seq.fetch_add(1, AtomicOrdering::Relaxed) + 1
     }
 
-    /// Orders the configured routes for one call (DESIGN §5): manual keeps
-    /// the configured order; auto leaves cooling routes out, unless every
-    /// route is cooling, in which case cooldowns are ignored rather than
-    /// failing the call.
-    pub fn plan(&self, shim: &'static str, routes: &[Route], ordering: &Ordering) -> Plan {
+    /// Orders the configured routes for one call at `now` (DESIGN §5):
+    /// manual keeps the configured order; auto leaves cooling routes out,
+    /// unless every route is cooling, in which case cooldowns are ignored
+    /// rather than failing the call.
+    pub fn plan(
+        &self,
+        shim: &'static str,
+        routes: &[Route],
+        ordering: &Ordering,
+        now: Now,
+    ) -> Plan {
         let mut inner = self.lock();
-        let now = Instant::now();
+        let now = now.mono;
         let mut ready = Vec::new();
         let mut cooling = Vec::new();
         for route in routes {
@@ -268,16 +286,17 @@ impl ChainState {
         }
     }
 
-    /// Puts a route on a quota cooldown.
-    pub fn cool(&self, shim: &'static str, route: &str, rest: Duration, reason: &str) {
+    /// Puts a route on a quota cooldown for `rest` from `now`; a shorter
+    /// rest never cuts a longer one.
+    pub fn cool(&self, shim: &'static str, route: &str, rest: Duration, reason: &str, now: Now) {
         let mut inner = self.lock();
         let rt = inner.routes.entry((shim, route.to_string())).or_default();
-        let until = Instant::now() + rest;
+        let until = now.mono + rest;
         let longer = rt.cooldown.as_ref().is_none_or(|c| c.until < until);
         if longer {
             rt.cooldown = Some(Cooldown {
                 until,
-                until_wall: SystemTime::now() + rest,
+                until_wall: now.wall + rest,
                 reason: reason.to_string(),
             });
         }
@@ -391,6 +410,56 @@ impl ChainState {
     }
 }
 
+/// One route's counters for `/metrics`, read from the chain's memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteMetrics {
+    pub shim: &'static str,
+    pub route: String,
+    pub ok: u64,
+    /// Failed attempts by code, in code order.
+    pub failures: Vec<(FailureCode, u64)>,
+    pub retries: u64,
+    pub switches: u64,
+    pub in_flight: usize,
+    /// Resting after a quota failure (auto mode), as `/status` shows it.
+    pub cooling: bool,
+}
+
+impl ChainState {
+    /// The counters of every configured route (routes given per shim from
+    /// the live config, as for [`ChainState::status`]), for `/metrics`.
+    pub fn route_metrics(
+        &self,
+        shims: &[(&'static str, &[Route])],
+        ordering: &Ordering,
+    ) -> Vec<RouteMetrics> {
+        let inner = self.lock();
+        let now = Instant::now();
+        let mut out = Vec::new();
+        for &(shim, list) in shims {
+            for r in list {
+                let rt = inner.routes.get(&(shim, r.name.clone()));
+                let stats = rt.map(|rt| rt.stats.clone()).unwrap_or_default();
+                let cooling = rt
+                    .and_then(|rt| rt.cooldown.as_ref())
+                    .is_some_and(|c| c.until > now)
+                    && ordering.mode == OrderingMode::Auto;
+                out.push(RouteMetrics {
+                    shim,
+                    route: r.name.clone(),
+                    ok: stats.ok,
+                    failures: stats.failures.into_iter().collect(),
+                    retries: stats.retries,
+                    switches: stats.switches,
+                    in_flight: rt.map_or(0, |rt| rt.in_flight.load(AtomicOrdering::Relaxed)),
+                    cooling,
+                });
+            }
+        }
+        out
+    }
+}
+
 fn entry_json(e: &AttemptEntry) -> Value {
     json!({
         "at": iso8601(e.at),
@@ -435,48 +504,118 @@ mod tests {
         }
     }
 
+    fn names(plan: &Plan) -> Vec<&str> {
+        plan.routes.iter().map(|r| r.name.as_str()).collect()
+    }
+
     #[test]
     fn cooling_route_is_skipped_in_auto_mode() {
         let s = ChainState::new();
+        let now = Now::system();
         let routes = [route("a", 0), route("b", 0)];
-        s.cool("trae", "a", Duration::from_secs(60), "quota");
-        let plan = s.plan("trae", &routes, &Ordering::default());
-        assert_eq!(plan.routes.len(), 1);
-        assert_eq!(plan.routes[0].name, "b");
+        s.cool("trae", "a", Duration::from_secs(60), "quota", now);
+        let plan = s.plan("trae", &routes, &Ordering::default(), now);
+        assert_eq!(names(&plan), ["b"]);
         assert_eq!(plan.cooling.len(), 1);
+        assert_eq!(plan.cooling[0].1, now.wall + Duration::from_secs(60));
     }
 
     #[test]
     fn manual_mode_keeps_cooling_routes() {
         let s = ChainState::new();
+        let now = Now::system();
         let routes = [route("a", 0), route("b", 0)];
-        s.cool("trae", "a", Duration::from_secs(60), "quota");
+        s.cool("trae", "a", Duration::from_secs(60), "quota", now);
         let manual = Ordering {
             mode: OrderingMode::Manual,
             ..Ordering::default()
         };
-        assert_eq!(s.plan("trae", &routes, &manual).routes.len(), 2);
+        assert_eq!(s.plan("trae", &routes, &manual, now).routes.len(), 2);
     }
 
     #[test]
     fn all_cooling_ignores_cooldowns() {
         let s = ChainState::new();
-        let routes = [route("a", 0)];
-        s.cool("trae", "a", Duration::from_secs(60), "quota");
-        let plan = s.plan("trae", &routes, &Ordering::default());
-        assert_eq!(plan.routes.len(), 1);
+        let now = Now::system();
+        let routes = [route("a", 0), route("b", 0)];
+        s.cool("trae", "a", Duration::from_secs(60), "quota", now);
+        s.cool("trae", "b", Duration::from_secs(30), "quota", now);
+        let plan = s.plan("trae", &routes, &Ordering::default(), now);
+        assert_eq!(
+            names(&plan),
+            ["a", "b"],
+            "the configured order, cooling ignored"
+        );
+        assert!(plan.cooling.is_empty());
+        let st = s.status(&[("trae", &routes)], &Ordering::default());
+        assert_eq!(st["ordering"]["ignoredCooldown"]["trae"], true);
+    }
+
+    #[test]
+    fn a_cooled_route_comes_back_when_its_cooldown_ends() {
+        let s = ChainState::new();
+        let t0 = Now::system();
+        let routes = [route("a", 0), route("b", 0)];
+        let ordering = Ordering::default();
+        s.cool("trae", "a", Duration::from_millis(600), "quota", t0);
+        let just_before = t0.after(Duration::from_millis(599));
+        assert_eq!(
+            names(&s.plan("trae", &routes, &ordering, just_before)),
+            ["b"]
+        );
+        let at_the_end = t0.after(Duration::from_millis(600));
+        assert_eq!(
+            names(&s.plan("trae", &routes, &ordering, at_the_end)),
+            ["a", "b"]
+        );
     }
 
     #[test]
     fn expired_cooldown_is_cleared() {
         let s = ChainState::new();
+        let t0 = Now::system();
         let routes = [route("a", 0), route("b", 0)];
-        s.cool("trae", "a", Duration::from_millis(1), "quota");
-        std::thread::sleep(Duration::from_millis(5));
+        s.cool("trae", "a", Duration::from_millis(1), "quota", t0);
+        let later = t0.after(Duration::from_millis(5));
         assert_eq!(
-            s.plan("trae", &routes, &Ordering::default()).routes.len(),
+            s.plan("trae", &routes, &Ordering::default(), later)
+                .routes
+                .len(),
             2
         );
+        // Cleared, not just expired: the plan no longer sees a cooldown at
+        // all, even at a time before its old end.
+        assert_eq!(
+            s.plan("trae", &routes, &Ordering::default(), t0)
+                .routes
+                .len(),
+            2
+        );
+    }
+
+    #[test]
+    fn a_shorter_cooldown_never_cuts_a_longer_one() {
+        let s = ChainState::new();
+        let t0 = Now::system();
+        let routes = [route("a", 0), route("b", 0)];
+        s.cool("trae", "a", Duration::from_secs(60), "quota", t0);
+        s.cool("trae", "a", Duration::from_secs(1), "quota", t0);
+        let later = t0.after(Duration::from_secs(2));
+        assert_eq!(
+            names(&s.plan("trae", &routes, &Ordering::default(), later)),
+            ["b"]
+        );
+    }
+
+    #[test]
+    fn a_housekeeping_call_plans_the_first_route_only_even_when_cooling() {
+        let s = ChainState::new();
+        let routes = [route("a", 0), route("b", 0)];
+        s.cool("trae", "a", Duration::from_secs(60), "quota", Now::system());
+        let plan = Plan::housekeeping(&routes);
+        assert_eq!(names(&plan), ["a"]);
+        assert!(plan.cooling.is_empty());
+        assert!(names(&Plan::housekeeping(&[])).is_empty());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::process::ExitCode;
 
 use bytes::{Bytes, BytesMut};
-use serde_json::{json, Value};
+use serde_json::json;
 use shimgate_shim_api::sse::SseParser;
 use shimgate_shim_api::{FrameClass, StreamTranslator};
 
@@ -77,101 +77,20 @@ pub fn translate_stream(
     emit(&out)
 }
 
-/// One problem in a stream, as a proxy would see it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    /// 1-based frame number (0 for the stream as a whole).
-    pub frame: usize,
-    /// What is wrong.
-    pub what: String,
-}
+/// One problem in a stream, as a proxy would see it (`frame` is 1-based, 0
+/// for the stream as a whole).
+pub use shimgate_testkit::Problem;
 
 /// Checks a stream meant to be bare OpenAI SSE (what the return leg sends a
-/// proxy): one `data:` line per frame, `\n\n` between frames, JSON data, no
-/// envelope keys, one `[DONE]` at the end.
+/// proxy) with the one check the tests use too
+/// ([`shimgate_testkit::check_openai`]): UTF-8 with `\n` line ends, one
+/// `data:` line per frame and `\n\n` after it, a JSON object with `choices`
+/// or `error` and no envelope keys, exactly one `[DONE]`, last.
 pub fn check_openai(bytes: &[u8]) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    let text = String::from_utf8_lossy(bytes)
-        .replace("\r\n", "\n")
-        .replace('\r', "\n");
-    let mut done = 0;
-    let frames: Vec<&str> = text
-        .split("\n\n")
-        .filter(|f| !f.trim().is_empty())
-        .collect();
-    for (i, frame) in frames.iter().enumerate() {
-        let n = i + 1;
-        let lines: Vec<&str> = frame.lines().filter(|l| !l.starts_with(':')).collect();
-        let data: Vec<&str> = lines
-            .iter()
-            .filter_map(|l| {
-                l.strip_prefix("data:")
-                    .map(|d| d.strip_prefix(' ').unwrap_or(d))
-            })
-            .collect();
-        if data.is_empty() {
-            problems.push(Problem {
-                frame: n,
-                what: "no data: line (a proxy drops it)".into(),
-            });
-            continue;
-        }
-        if data.len() > 1 {
-            problems.push(Problem {
-                frame: n,
-                what: format!("{} data: lines in one event: frames separated by a single \\n? a proxy reads only the first", data.len()),
-            });
-        }
-        if lines.iter().any(|l| l.starts_with("event:")) {
-            problems.push(Problem {
-                frame: n,
-                what: "an event: line (a proxy ignores it; the data alone must carry the meaning)"
-                    .into(),
-            });
-        }
-        for d in &data {
-            if *d == "[DONE]" {
-                done += 1;
-                continue;
-            }
-            match serde_json::from_str::<Value>(d) {
-                Ok(v) => {
-                    if v.get("statusCodeValue").is_some()
-                        || (v.get("body").is_some() && v.get("headers").is_some())
-                    {
-                        problems.push(Problem { frame: n, what: "envelope keys left (statusCodeValue/body): the chunk is still wrapped".into() });
-                    } else if v.get("choices").is_none() && v.get("error").is_none() {
-                        problems.push(Problem {
-                            frame: n,
-                            what: "no choices: a proxy drops this frame silently".into(),
-                        });
-                    }
-                }
-                Err(_) => problems.push(Problem {
-                    frame: n,
-                    what: "data is not JSON".into(),
-                }),
-            }
-        }
-    }
-    if !text.is_empty() && !text.ends_with("\n\n") {
-        problems.push(Problem {
-            frame: frames.len(),
-            what: "the last frame is not ended by a blank line".into(),
-        });
-    }
-    match done {
-        0 => problems.push(Problem {
-            frame: 0,
-            what: "no data: [DONE]".into(),
-        }),
-        1 => {}
-        n => problems.push(Problem {
-            frame: 0,
-            what: format!("{n} data: [DONE] frames"),
-        }),
-    }
-    problems
+    shimgate_testkit::check_openai(bytes)
+        .err()
+        .map(|problems| problems.0)
+        .unwrap_or_default()
 }
 
 /// Runs the command on stdin/stdout.

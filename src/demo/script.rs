@@ -3,7 +3,7 @@
 //! on every byte without talking to each other.
 
 /// The qoder inference path with the query the real client sends.
-pub const QODER_PATH: &str = "/algo/api/v2/service/pro/sse/agent_chat_generation?FetchKeys=llm_model_result&AgentId=agent_common&Encode=1";
+pub use shimgate_testkit::qoder::PATH as QODER_PATH;
 
 /// The credential the qoder agent sends; the provider checks it arrives
 /// (shimgate keeps it away from the compressor and adds it back upstream).

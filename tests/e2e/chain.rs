@@ -1,5 +1,11 @@
-//! The chain-failover rules, shown on pass-through requests (the shims'
-//! return legs use the same engine; their tests cover the content rules).
+//! The chain-failover engine over real sockets, shown on pass-through
+//! requests (the shims' return legs use the same engine; their tests cover
+//! the content rules). The rules themselves (retry or switch, backoff and
+//! Retry-After, cooldowns and their expiry) are table tests beside the code,
+//! on a clock the test sets: `src/chain/decide.rs` and `src/chain/state.rs`.
+//! What stays here needs a socket: real errors, resets and concurrent
+//! requests, a client going away, what reaches the client. Nothing here
+//! waits on a timer for a rule to show.
 
 use std::time::{Duration, Instant};
 
@@ -62,10 +68,14 @@ async fn retries_a_502_then_succeeds() {
     assert_eq!(call["routes"][0]["tries"], 3);
 }
 
+// The rule (an asked wait within the cap is waited exactly) is
+// `decide::a_retry_after_within_the_cap_waits_exactly_that_long`; this
+// shows the upstream's header reaching it: the backoff here is 10 ms, so
+// a retry after 100 ms or more is the header's.
 #[tokio::test]
-async fn retry_after_within_the_cap_is_honoured() {
+async fn an_upstream_retry_after_is_read_and_waited_before_the_retry() {
     let up = Upstream::sequence(vec![
-        Reply::json_with(429, &[("retry-after", "1")], "slow down"),
+        Reply::json_with(429, &[("retry-after-ms", "100")], "slow down"),
         Reply::json(200, "{}"),
     ])
     .await;
@@ -74,34 +84,27 @@ async fn retry_after_within_the_cap_is_honoured() {
     let resp = post(&gate, "{}").await;
     assert_eq!(resp.status, StatusCode::OK);
     assert!(
-        t0.elapsed() >= Duration::from_millis(950),
+        t0.elapsed() >= Duration::from_millis(100),
         "{:?}",
         t0.elapsed()
     );
     assert_eq!(up.hits(), 2);
 }
 
+// How fast it switches is `decide::a_retry_after_beyond_the_cap_switches_at_once`.
 #[tokio::test]
 async fn retry_after_over_the_cap_switches_at_once() {
     let r1 = Upstream::always(Reply::json_with(429, &[("retry-after", "60")], "slow down")).await;
     let r2 = Upstream::always(Reply::json(200, "{}")).await;
     let gate = Gate::start(&config(&[("r1", &r1), ("r2", &r2)], "")).await;
-    let t0 = Instant::now();
     assert_eq!(post(&gate, "{}").await.status, StatusCode::OK);
-    assert!(t0.elapsed() < Duration::from_secs(1));
-    assert_eq!((r1.hits(), r2.hits()), (1, 1));
-    let call = &gate.status().await["chain"]["calls"][0];
+    assert_eq!((r1.hits(), r2.hits()), (1, 1), "switched, not retried");
+    let st = gate.status().await;
+    let call = &st["chain"]["calls"][0];
     assert_eq!(call["routes"][0]["code"], "RATE_LIMIT");
     assert_eq!(call["routes"][0]["switchedTo"], "r2");
-}
-
-#[tokio::test]
-async fn unauthorized_switches_without_retry() {
-    let r1 = Upstream::always(Reply::json(401, r#"{"error":"bad key"}"#)).await;
-    let r2 = Upstream::always(Reply::json(200, "{}")).await;
-    let gate = Gate::start(&config(&[("r1", &r1), ("r2", &r2)], "")).await;
-    assert_eq!(post(&gate, "{}").await.status, StatusCode::OK);
-    assert_eq!((r1.hits(), r2.hits()), (1, 1));
+    assert_eq!(st["chain"]["log"][0]["willRetry"], false);
+    assert_eq!(st["chain"]["log"][0]["switched"], true);
 }
 
 #[tokio::test]
@@ -130,21 +133,73 @@ async fn reset_before_the_head_is_retried() {
     assert_eq!(log[0]["code"], "TRANSPORT");
 }
 
+// Committed at the head (a pass-through answer): a failure after it is the
+// client's, passed on as it happened, never retried.
+#[tokio::test]
+async fn a_reset_after_the_answer_committed_is_passed_on_not_retried() {
+    let up = Upstream::sequence(vec![
+        Reply::head(200, &[("content-type", "text/plain")])
+            .chunk("first")
+            .reset(),
+        Reply::json(200, "{}"),
+    ])
+    .await;
+    let gate = Gate::start(&config(&[("r1", &up)], "")).await;
+    let resp = client::open(Method::POST, &format!("{}{PATH}", gate.trae), &[], "{}").await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body();
+    assert_eq!(&next_chunk(&mut body).await.unwrap()[..], b"first");
+    assert!(next_chunk(&mut body).await.is_none(), "the body breaks");
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            gate.status().await["chain"]["calls"][0]["outcome"] == "failed"
+        })
+        .await,
+        "the call is not logged as failed"
+    );
+    let st = gate.status().await;
+    assert_eq!(st["chain"]["calls"][0]["code"], "TRANSPORT");
+    let log = st["chain"]["log"].as_array().unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0]["willRetry"], false);
+    assert_eq!(log[0]["switched"], false);
+    assert_eq!(up.hits(), 1);
+}
+
 #[tokio::test]
 async fn client_leaving_during_backoff_stops_the_retries() {
     let up = Upstream::always(Reply::json(502, "down")).await;
+    // A backoff far longer than the test: the call can only end early by
+    // the client leaving.
     let gate = Gate::start(&format!(
-        "[retry]\ninitial_delay_ms = 800\nmax_delay_ms = 2000\njitter_ratio = 0\n[[shims.trae.routes]]\nname = \"r1\"\nurl = \"{}\"\n",
+        "[retry]\ninitial_delay_ms = 60000\nmax_delay_ms = 60000\njitter_ratio = 0\n[[shims.trae.routes]]\nname = \"r1\"\nurl = \"{}\"\n",
         up.url()
     ))
     .await;
     let url = format!("{}{PATH}", gate.trae);
-    let leave = tokio::time::timeout(Duration::from_millis(300), client::get(&url)).await;
-    assert!(leave.is_err(), "the call should still be backing off");
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let client = tokio::spawn(async move { client::get(&url).await });
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            gate.status().await["chain"]["log"][0]["willRetry"] == true
+        })
+        .await,
+        "the call never got to its backoff"
+    );
+    client.abort();
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            gate.status().await["chain"]["calls"][0]["outcome"] == "aborted"
+        })
+        .await,
+        "the call is not logged as aborted"
+    );
+    // The call is over (logged), so no retry can follow.
     assert_eq!(up.hits(), 1, "no retry after the client left");
     let st = gate.status().await;
-    assert_eq!(st["chain"]["calls"][0]["outcome"], "aborted");
+    let route = &st["chain"]["calls"][0]["routes"][0];
+    assert_eq!(route["code"], "ABORTED");
+    assert!(route["reason"].as_str().unwrap().contains("during backoff"));
+    assert_eq!(st["chain"]["log"].as_array().unwrap().len(), 1);
 }
 
 // The chain runs in the caller's task until the head is known; a client
@@ -158,8 +213,13 @@ async fn client_leaving_before_the_head_cancels_the_upstream_call() {
     .await;
     let gate = Gate::start(&config(&[("r1", &up)], "")).await;
     let url = format!("{}{PATH}", gate.trae);
-    let leave = tokio::time::timeout(Duration::from_millis(300), client::get(&url)).await;
-    assert!(leave.is_err(), "the upstream should still be silent");
+    let client = tokio::spawn(async move { client::get(&url).await });
+    assert!(
+        eventually(Duration::from_secs(3), || async { up.hits() == 1 }).await,
+        "the call never reached the upstream"
+    );
+    assert!(!client.is_finished(), "the upstream should still be silent");
+    client.abort();
     assert!(
         eventually(Duration::from_secs(3), || async {
             up.peer_gone.load(std::sync::atomic::Ordering::SeqCst) == 1
@@ -199,8 +259,10 @@ async fn client_leaving_mid_stream_closes_the_upstream_connection() {
     );
 }
 
+// The route coming back when its rest is over is
+// `state::a_cooled_route_comes_back_when_its_cooldown_ends`.
 #[tokio::test]
-async fn quota_cools_the_route_then_it_comes_back() {
+async fn quota_cools_the_route_and_the_next_call_skips_it() {
     let r1 = Upstream::sequence(vec![
         Reply::json(402, "payment required"),
         Reply::json(200, r#"{"r":1}"#),
@@ -209,7 +271,7 @@ async fn quota_cools_the_route_then_it_comes_back() {
     let r2 = Upstream::always(Reply::json(200, r#"{"r":2}"#)).await;
     let gate = Gate::start(&config(
         &[("r1", &r1), ("r2", &r2)],
-        "[ordering]\nquota_cooldown_ms = 600\n",
+        "[ordering]\nquota_cooldown_ms = 600000\n",
     ))
     .await;
     assert_eq!(post(&gate, "{}").await.json(), json!({"r": 2}));
@@ -221,18 +283,19 @@ async fn quota_cools_the_route_then_it_comes_back() {
         st["chain"]["ordering"]["effective"]["trae"][0]["cooling"],
         true
     );
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    assert_eq!(post(&gate, "{}").await.json(), json!({"r": 1}));
-    assert_eq!(r1.hits(), 2);
+    let skipped = &st["chain"]["calls"][0]["routes"][0];
+    assert_eq!(skipped["route"], "r1");
+    assert_eq!(skipped["code"], "QUOTA");
+    assert_eq!(skipped["tries"], 0);
 }
 
 #[tokio::test]
 async fn a_route_at_its_concurrency_cap_is_skipped() {
+    // The first call holds r1's only slot until the test lets go of it.
     let r1 = Upstream::always(
         Reply::head(200, &[("content-type", "text/plain")])
             .chunk("slow")
-            .sleep(800)
-            .end(),
+            .hold(),
     )
     .await;
     let r2 = Upstream::always(Reply::json(200, r#"{"r":2}"#)).await;

@@ -3,7 +3,7 @@
 
 use http::{Method, StatusCode};
 use serde_json::{json, Value};
-use shimgate_shim_trae::testkit::{compare, digest, Proxy};
+use shimgate_testkit::trae::{compare, digest, Proxy};
 
 use crate::support::client;
 use crate::support::external::{guardian, python_with, sdk_proxy};

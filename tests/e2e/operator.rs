@@ -405,11 +405,11 @@ fn translate_trae_legs_round_trip_a_solo_capture() {
     assert!(ok);
     let (ok, solo) = run_translate(&["--shim", "trae", "--leg", "ingress"], openai.as_bytes());
     assert!(ok);
-    let d = shimgate_shim_trae::testkit::digest;
-    shimgate_shim_trae::testkit::compare(
+    let d = shimgate_testkit::trae::digest;
+    shimgate_testkit::trae::compare(
         &d(&capture),
         &d(solo.as_bytes()),
-        shimgate_shim_trae::testkit::Proxy::Direct,
+        shimgate_testkit::trae::Proxy::Direct,
     )
     .unwrap();
 }

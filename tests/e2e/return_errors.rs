@@ -6,7 +6,7 @@
 
 use http::{Method, StatusCode};
 use serde_json::{json, Value};
-use shimgate_shim_trae::testkit::{digest, End};
+use shimgate_testkit::trae::{digest, End};
 
 use crate::support::client;
 use crate::support::proxy::{Options, TestProxy};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use http::{Method, StatusCode};
 use serde_json::Value;
-use shimgate_shim_trae::testkit::{compare, digest, Proxy};
+use shimgate_testkit::trae::{compare, digest, Proxy};
 
 use crate::support::client;
 use crate::support::proxy::{Mode, Options, TestProxy};
@@ -239,7 +239,7 @@ async fn billion_context_swallowing_finish_and_usage_still_gives_a_correct_done(
     let resp = send(&gate, &body(&[text("user", "find the docs")])).await;
     let d = digest(&resp.body);
     match &d.end {
-        shimgate_shim_trae::testkit::End::Done(seen) => {
+        shimgate_testkit::trae::End::Done(seen) => {
             assert!(
                 format!("{:?}", seen.data).contains("tool_calls"),
                 "{seen:?}"

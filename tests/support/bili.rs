@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use rustix::process::{kill_process, Pid, Signal};
 use serde_json::Value;
 
 use super::client;
@@ -20,8 +21,12 @@ pub struct Bili {
 }
 
 impl Drop for Bili {
+    /// `run.sh` starts bili in the background and prints its pid: not our
+    /// child, so it gets a `TERM` by pid (what `kill PID` sent).
     fn drop(&mut self) {
-        let _ = Command::new("kill").arg(self.pid.to_string()).status();
+        if let Some(pid) = i32::try_from(self.pid).ok().and_then(Pid::from_raw) {
+            let _ = kill_process(pid, Signal::TERM);
+        }
     }
 }
 

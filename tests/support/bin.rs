@@ -6,6 +6,8 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+use rustix::process::{kill_process, Pid, Signal};
+
 /// A running `shimgate serve`.
 pub struct Served {
     pub child: Child,
@@ -64,11 +66,12 @@ impl Served {
 
     /// Sends a signal (`HUP`, `TERM`).
     pub fn signal(&self, sig: &str) {
-        Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(self.child.id().to_string())
-            .status()
-            .unwrap();
+        let sig = match sig {
+            "HUP" => Signal::HUP,
+            "TERM" => Signal::TERM,
+            other => panic!("no signal {other} here: add it"),
+        };
+        kill_process(Pid::from_child(&self.child), sig).unwrap();
     }
 }
 
@@ -79,9 +82,24 @@ impl Drop for Served {
     }
 }
 
+/// A fresh temporary directory, removed with everything in it when
+/// dropped; it reads as its path (`dir.join(…)`).
+pub struct TempDir(tempfile::TempDir);
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
 /// A fresh temporary directory.
-pub fn tempdir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("shimgate-test-{:016x}", fastrand::u64(..)));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+pub fn tempdir() -> TempDir {
+    TempDir(
+        tempfile::Builder::new()
+            .prefix("shimgate-test-")
+            .tempdir()
+            .unwrap(),
+    )
 }

@@ -5,7 +5,7 @@
 
 use http::{Method, StatusCode};
 use serde_json::{json, Value};
-use shimgate_shim_trae::testkit::{digest, End};
+use shimgate_testkit::trae::{digest, End};
 
 use super::client;
 use super::model::{content_chars, Wire};

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
+use shimgate_testkit::openai::{frame, Chunks, DONE};
 
 use super::qoder;
 use super::upstream::{Recorded, Reply, Upstream};
@@ -223,11 +224,7 @@ fn tool_call(wire: Wire, id: &str, name: &str, args: &str, prompt_tokens: u64) -
         )),
         Wire::Qoder => {
             let (a, b) = args.split_at(args.len() / 2);
-            let chunk = |delta: Value, finish: Value| {
-                json!({"id": "chatcmpl-q1", "object": "chat.completion.chunk", "created": 1, "model": "qmodel_38max",
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-                .to_string()
-            };
+            let chunk = |delta, finish| qoder::CHUNKS.delta(delta, finish).to_string();
             let (_, usage) = qoder::finish_and_usage(prompt_tokens);
             Reply::sse()
                 .chunk(qoder::envelope(&qoder::role_chunk()))
@@ -275,18 +272,19 @@ fn too_long(wire: Wire, prompt_tokens: u64) -> Reply {
 }
 
 fn openai_sse(deltas: &[Value], finish: &str, prompt_tokens: u64) -> Reply {
-    let frame = |v: Value| format!("data: {v}\n\n");
-    let chunk = |delta: Value, finish: Value| {
-        json!({"id": "chatcmpl-m", "object": "chat.completion.chunk", "created": 1, "model": "m",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    let chunks = Chunks {
+        id: "chatcmpl-m",
+        created: 1,
+        model: "m",
     };
-    let mut r = Reply::sse().chunk(frame(chunk(json!({"role": "assistant"}), Value::Null)));
+    let mut r = Reply::sse().chunk(frame(
+        &chunks.delta(json!({"role": "assistant"}), Value::Null),
+    ));
     for d in deltas {
-        r = r.chunk(frame(chunk(d.clone(), Value::Null)));
+        r = r.chunk(frame(&chunks.delta(d.clone(), Value::Null)));
     }
-    r.chunk(frame(chunk(json!({}), json!(finish))))
-        .chunk(frame(json!({"id": "chatcmpl-m", "object": "chat.completion.chunk", "created": 1, "model": "m",
-            "choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 5, "total_tokens": prompt_tokens + 5}})))
-        .chunk("data: [DONE]\n\n")
+    r.chunk(frame(&chunks.delta(json!({}), json!(finish))))
+        .chunk(frame(&chunks.usage(prompt_tokens, 5)))
+        .chunk(DONE)
         .end()
 }

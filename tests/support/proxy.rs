@@ -1,9 +1,9 @@
 //! A test compression proxy: forwards `POST …/chat/completions` to its
 //! upstream base with the same path, shortens old messages past a threshold
 //! (and always adds a system preamble, as real proxies do), and checks every
-//! frame it relays: one `data:` line, `\n\n`-terminated, valid JSON, no
-//! envelope keys, exactly one `[DONE]` at the end. Any violation is recorded
-//! and fails the test that looks at it.
+//! frame it relays with [`check_openai`]: one `data:` line,
+//! `\n\n`-terminated, valid JSON, no envelope keys, exactly one `[DONE]` at
+//! the end. Any violation is recorded and fails the test that looks at it.
 //!
 //! `Mode::Bili` behaves as billion-context was measured to
 //! (`research/bili.md` §2, §3.2, §6, §7): content frames pass byte for byte,
@@ -27,6 +27,7 @@ use hyper::service::service_fn;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{json, Value};
+use shimgate_testkit::check_openai;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
@@ -442,6 +443,19 @@ fn preamble(body: &mut Value) {
 
 type UsageSink = (Arc<Mutex<HashMap<String, Session>>>, String);
 
+/// The JSON of a frame that is one `data:` line (anything else is not
+/// relayed in `Mode::Bili`, and the frame check reports it).
+fn one_json_frame(frame: &[u8]) -> Option<Value> {
+    let text = std::str::from_utf8(frame).ok()?;
+    if text.contains(['\n', '\r']) {
+        return None;
+    }
+    let payload = text
+        .strip_prefix("data: ")
+        .or_else(|| text.strip_prefix("data:"))?;
+    serde_json::from_str(payload).ok()
+}
+
 async fn relay(
     mut incoming: Incoming,
     tx: mpsc::Sender<Result<Frame<Bytes>, Infallible>>,
@@ -449,8 +463,9 @@ async fn relay(
     mode: Mode,
     usage_to: Option<UsageSink>,
 ) {
+    // Everything relayed, for the one frame check at the end.
+    let mut seen = Vec::new();
     let mut buf = BytesMut::new();
-    let mut done = 0;
     let mut usage = Value::Null;
     let flag = |v: String| violations.lock().unwrap().push(v);
     while let Some(frame) = incoming.frame().await {
@@ -461,63 +476,33 @@ async fn relay(
         let Ok(data) = frame.into_data() else {
             continue;
         };
+        seen.extend_from_slice(&data);
         if mode == Mode::Pass {
-            let _ = tx.send(Ok(Frame::data(data.clone()))).await;
+            let _ = tx.send(Ok(Frame::data(data))).await;
+            continue;
         }
         buf.extend_from_slice(&data);
         while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
             let frame = buf.split_to(end + 2);
-            let text = String::from_utf8_lossy(&frame[..end]).to_string();
-            if done > 0 {
-                flag(format!("frame after [DONE]: {text}"));
-            }
-            if text.contains('\n') || text.contains('\r') {
-                flag(format!("frame with more than one line: {text:?}"));
-                continue;
-            }
-            let Some(payload) = text
-                .strip_prefix("data: ")
-                .or_else(|| text.strip_prefix("data:"))
-            else {
-                flag(format!("frame without data: {text:?}"));
+            let Some(chunk) = one_json_frame(&frame[..end]) else {
                 continue;
             };
-            if payload == "[DONE]" {
-                done += 1;
-                continue;
+            // Content frames pass byte for byte; finish, usage and
+            // [DONE] are swallowed; errors without choices are dropped.
+            let finish = chunk["choices"][0]["finish_reason"].is_string();
+            if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
+                usage = u.clone();
             }
-            let Ok(chunk) = serde_json::from_str::<Value>(payload) else {
-                flag(format!("data is not JSON: {payload:?}"));
-                continue;
-            };
-            if chunk.get("statusCodeValue").is_some()
-                || chunk.get("body").is_some()
-                || chunk.get("headers").is_some()
-            {
-                flag(format!("envelope keys left: {payload}"));
-            }
-            if mode == Mode::Bili {
-                // Content frames pass byte for byte; finish, usage and
-                // [DONE] are swallowed; errors without choices are dropped.
-                let finish = chunk["choices"][0]["finish_reason"].is_string();
-                if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
-                    usage = u.clone();
-                }
-                let has_choices = chunk["choices"].as_array().is_some_and(|c| !c.is_empty());
-                if has_choices && !finish {
-                    let _ = tx.send(Ok(Frame::data(frame.freeze()))).await;
-                }
+            let has_choices = chunk["choices"].as_array().is_some_and(|c| !c.is_empty());
+            if has_choices && !finish {
+                let _ = tx.send(Ok(Frame::data(frame.freeze()))).await;
             }
         }
     }
-    if !buf.is_empty() {
-        flag(format!(
-            "stream ended inside a frame: {:?}",
-            String::from_utf8_lossy(&buf)
-        ));
-    }
-    if done != 1 {
-        flag(format!("expected exactly one [DONE], saw {done}"));
+    if let Err(problems) = check_openai(&seen) {
+        for p in problems {
+            flag(p.to_string());
+        }
     }
     if let (Some((sessions, key)), Some(tokens)) = (usage_to, usage["prompt_tokens"].as_u64()) {
         if let Some(s) = sessions.lock().unwrap().get_mut(&key) {

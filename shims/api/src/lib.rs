@@ -7,6 +7,7 @@
 
 pub mod failure;
 pub mod json;
+pub mod json_scan;
 pub mod shim;
 pub mod sse;
 pub mod translate;

@@ -1,6 +1,6 @@
 //! What one inner OpenAI chunk means (content, a finish, usage, a timing or
-//! heartbeat frame, an error), read with the zero-allocation cursor and,
-//! only when the cursor is unsure, with `serde_json`.
+//! heartbeat frame, an error), read with the zero-allocation strict cursor
+//! and, only when the cursor is unsure, with `serde_json`.
 
 use serde_json::Value;
 
@@ -83,9 +83,13 @@ pub(crate) fn inspect(json: &[u8]) -> Inner {
 
 /// The cursor reading; `None` when unsure.
 fn inspect_fast(json: &[u8]) -> Option<Inner> {
-    // The chunk is copied into a frame: an out-of-range number makes the
-    // cursor unsure, and `serde_json` then refuses the text.
-    let mut c = Cursor::checking_numbers(json);
+    // The chunk is copied into a frame: the strict cursor is unsure
+    // wherever `serde_json` (and so the proxy) would refuse the text (an
+    // out-of-range number, a bad escape, broken structure), and
+    // `serde_json` then says `NotObject`. Outside strings a non-ASCII byte
+    // is a syntax error anyway, so checking UTF-8 once covers them all.
+    std::str::from_utf8(json).ok()?;
+    let mut c = Cursor::strict(json);
     if c.peek() != Some(b'{') {
         // Not an object; `serde_json` would say the same or refuse it.
         return Some(Inner::NotObject);
@@ -317,6 +321,23 @@ mod tests {
         }
         let tiny = r#"{"created":1e-400,"choices":[{"delta":{"content":"x"}}]}"#;
         assert_eq!(both(tiny), chunk(true, false, false));
+    }
+
+    #[test]
+    fn a_chunk_serde_json_refuses_is_not_an_object() {
+        // The lenient cursor once read these as content chunks, and the
+        // return leg wrote text the proxy cannot parse.
+        for j in [
+            &br#"{"choices":[{"delta":{"content":"x"}}],"a":tru}"#[..],
+            br#"{"choices":[{"delta":{"content":"x\u12"}}]}"#,
+            br#"{"choices":[{"delta":{"content":"x"}} {"x":1}]}"#,
+            br#"{"choices":[{"delta":{"content":"x"}}],}"#,
+            br#"{"choices":[],"usage":{"a":1 "b":2}}"#,
+            b"{\"choices\":[{\"delta\":{\"content\":\"\xff\"}}]}",
+        ] {
+            assert_eq!(inspect_fast(j), None, "{}", String::from_utf8_lossy(j));
+            assert_eq!(inspect(j), Inner::NotObject);
+        }
     }
 
     #[test]

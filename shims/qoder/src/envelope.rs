@@ -6,6 +6,7 @@ use std::ops::Range;
 
 use bytes::BytesMut;
 
+use crate::oneline::decode_string;
 use crate::scan::{Cursor, RawStr};
 
 /// The envelope's `statusCodeValue`.
@@ -109,7 +110,8 @@ fn read_body(c: &mut Cursor<'_>, sink: Option<&mut BytesMut>, sink_start: usize)
         (b'"', Some(out)) => {
             // A repeated `body` replaces what an earlier one decoded.
             out.truncate(sink_start);
-            c.string_into(out).map(Body::Decoded)
+            c.string_with(|text| decode_string(text, out))
+                .map(Body::Decoded)
         }
         (b'"', None) => c.string().map(Body::Str),
         (b'n', _) => (c.literal()? == b"null").then_some(Body::Missing),

@@ -6,9 +6,9 @@
 //! Module map: [`fold`] and [`restore`] for the request; [`to_openai`] (the
 //! return leg) and [`to_solo`] (the ingress) for the answer, which share
 //! [`solo`] (reading SOLO frames), [`ext`] (the `x_solo` extension) and
-//! [`classify`] (business codes → failure classes); [`testkit`] holds the
-//! digest, the pipeline and the billion-context simulation that the tests,
-//! fuzz targets and benches use.
+//! [`classify`] (business codes → failure classes). The digest, the
+//! pipeline and the billion-context simulation that the tests, fuzz targets
+//! and benches use live in `shimgate-testkit` (`shims/testkit`).
 
 use serde_json::Value;
 use shimgate_shim_api::{Folded, Shim, ShimError};
@@ -20,7 +20,6 @@ mod json_scan;
 mod json_write;
 pub mod restore;
 pub mod solo;
-pub mod testkit;
 pub mod to_openai;
 pub mod to_solo;
 

@@ -5,8 +5,9 @@
 
 use bytes::Bytes;
 use shimgate_shim_api::sse::parse_all;
-use shimgate_shim_trae::testkit::{
-    bili, check_openai, compare, convert, digest, pieces, rebuild, round_trip, Proxy, PROXIES,
+use shimgate_testkit::check_openai;
+use shimgate_testkit::trae::{
+    bili, compare, convert, digest, pieces, rebuild, round_trip, Proxy, PROXIES,
 };
 
 fn corpus() -> Vec<(String, Vec<u8>)> {

@@ -4,8 +4,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use shimgate_shim_trae::testkit::{
-    check_openai, compare, convert, digest, generate, pieces, rebuild, round_trip, PROXIES,
+use shimgate_testkit::check_openai;
+use shimgate_testkit::trae::{
+    compare, convert, digest, generate, pieces, rebuild, round_trip, PROXIES,
 };
 
 #[test]

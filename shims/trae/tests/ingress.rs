@@ -7,8 +7,8 @@ use bytes::{Bytes, BytesMut};
 use serde_json::{json, Value};
 use shimgate_shim_api::sse::{parse_all, SseEvent};
 use shimgate_shim_api::{Failure, FailureCode, FrameClass, Shim, StreamTranslator};
-use shimgate_shim_trae::testkit::{bili, convert, pieces, rebuild};
 use shimgate_shim_trae::{ToSolo, TraeShim};
+use shimgate_testkit::trae::{bili, convert, pieces, rebuild};
 
 /// The agent's events as (name, data JSON or text).
 fn events(solo: &[u8]) -> Vec<(String, Value)> {

@@ -9,10 +9,9 @@
 use serde_json::{json, Value};
 use shimgate_shim_api::sse::parse_all;
 use shimgate_shim_api::Shim;
-use shimgate_shim_trae::testkit::{
-    check_openai, compare, convert, digest, pieces, rebuild, round_trip, PROXIES,
-};
 use shimgate_shim_trae::TraeShim;
+use shimgate_testkit::check_openai;
+use shimgate_testkit::trae::{compare, convert, digest, pieces, rebuild, round_trip, PROXIES};
 
 fn unhex(hex: &str) -> Vec<u8> {
     (0..hex.len())

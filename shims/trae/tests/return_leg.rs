@@ -7,8 +7,9 @@ use bytes::{Bytes, BytesMut};
 use serde_json::{json, Value};
 use shimgate_shim_api::sse::{parse_all, SseEvent};
 use shimgate_shim_api::{Failure, FailureCode, FrameClass, Shim, StreamTranslator};
-use shimgate_shim_trae::testkit::{check_openai, convert, pieces};
 use shimgate_shim_trae::{ToOpenAi, TraeShim};
+use shimgate_testkit::check_openai;
+use shimgate_testkit::trae::{convert, pieces};
 
 fn leg() -> ToOpenAi {
     ToOpenAi::with_identity(&json!({"model": "glm-5.2"}), "chatcmpl-x", 7)

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use shimgate_shim_api::sse::parse_all;
+use shimgate_testkit::qoder;
 
 use super::{post, quote, Client};
 use crate::demo::script;
@@ -31,7 +31,9 @@ impl QoderAgent {
     pub async fn turn(&mut self, turn: u32) -> Result<Vec<Duration>, String> {
         self.messages
             .push(json!({"role": "user", "content": script::user_message(turn)}));
-        let body = serde_json::to_vec(&ask(&self.messages)).unwrap_or_default();
+        // The plaintext ask, as the agent hands it to the provider's encryptor.
+        let ask = qoder::ask_with(&qoder::request_id(), "demo-session", &self.messages);
+        let body = serde_json::to_vec(&ask).unwrap_or_default();
         let headers = [
             ("content-type", "application/json"),
             ("authorization", script::QODER_AUTH),
@@ -48,82 +50,19 @@ impl QoderAgent {
     }
 }
 
-/// The plaintext ask, as the agent hands it to the provider's encryptor.
-fn ask(messages: &[Value]) -> Value {
-    let id = format!(
-        "{:08x}-0000-4000-8000-{:012x}",
-        fastrand::u32(..),
-        fastrand::u64(..) & 0xffff_ffff_ffff
-    );
-    json!({
-        "request_id": id,
-        "chat_record_id": id,
-        "request_set_id": "demo-set",
-        "session_id": "demo-session",
-        "stream": true,
-        "chat_task": "FREE_INPUT",
-        "is_reply": true,
-        "is_retry": false,
-        "source": 1,
-        "version": "3",
-        "agent_id": "agent_common",
-        "task_id": "common",
-        "session_type": "qodercli",
-        "model_config": {"key": "qmodel_38max", "source": "system", "is_reasoning": false},
-        "business": {"product": "cli", "type": "agent", "stage": "start"},
-        "messages": messages,
-        "tools": [{"type": "function", "function": {"name": "read_file", "description": "read a file",
-            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}],
-        "parameters": {"max_tokens": 4096, "temperature": 0.2},
-    })
-}
-
 /// The text of a bare OpenAI stream, or why it is not one.
 fn read_bare(body: &[u8]) -> Result<String, String> {
-    let events = parse_all(body).map_err(|e| format!("the answer is not SSE ({e:?})"))?;
-    let mut text = String::new();
-    let mut done = 0;
-    for ev in events {
-        let data = String::from_utf8_lossy(&ev.data);
-        if let Some(name) = &ev.event {
-            return Err(format!(
-                "a named event {:?} reached the agent: {}",
-                String::from_utf8_lossy(name),
-                quote(&ev.data)
-            ));
-        }
-        if done > 0 {
-            return Err(format!("a frame after [DONE]: {}", quote(&ev.data)));
-        }
-        if data == "[DONE]" {
-            done += 1;
-            continue;
-        }
-        let chunk: Value = serde_json::from_str(&data)
-            .map_err(|e| format!("a frame is not JSON ({e}): {}", quote(&ev.data)))?;
-        if ["statusCodeValue", "headers", "body"]
-            .iter()
-            .any(|k| chunk.get(*k).is_some())
-        {
-            return Err(format!(
-                "an envelope reached the agent: {}",
-                quote(&ev.data)
-            ));
-        }
-        if let Some(err) = chunk.get("error") {
-            return Err(format!("an error frame: {err}"));
-        }
-        if let Some(t) = chunk
-            .pointer("/choices/0/delta/content")
-            .and_then(Value::as_str)
-        {
-            text.push_str(t);
-        }
+    let read = qoder::read(body).map_err(|why| quote(why.as_bytes()))?;
+    if let Some(frame) = read.after_done.first() {
+        return Err(format!("a frame after [DONE]: {}", quote(frame.as_bytes())));
     }
-    if done != 1 {
+    if let Some(err) = read.errors.first() {
+        return Err(format!("an error frame: {err}"));
+    }
+    if read.dones != 1 {
         return Err("the stream did not end with [DONE]".into());
     }
-    Ok(text)
+    Ok(read.text)
 }
 
 #[cfg(test)]

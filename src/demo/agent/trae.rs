@@ -5,8 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use shimgate_shim_api::sse::parse_all;
+use shimgate_testkit::trae;
 
 use super::{post, quote, Client};
 use crate::demo::script::{self, ToolCall};
@@ -27,17 +28,13 @@ struct Solo {
     finish: String,
 }
 
-fn text_message(role: &str, text: &str) -> Value {
-    json!({"role": role, "content": [{"type": "text", "text": text}]})
-}
-
 impl TraeAgent {
     /// An agent talking to the trae shim at `shim` (`http://ADDR`).
     pub fn new(client: Client, shim: &str) -> Self {
         TraeAgent {
             client,
             url: format!("{shim}{}", shimgate_shim_trae::INFERENCE_PATH),
-            messages: vec![text_message("system", script::SYSTEM_PROMPT)],
+            messages: vec![trae::text("system", script::SYSTEM_PROMPT)],
         }
     }
 
@@ -45,7 +42,7 @@ impl TraeAgent {
     /// returns their latencies.
     pub async fn turn(&mut self, turn: u32) -> Result<Vec<Duration>, String> {
         self.messages
-            .push(text_message("user", &script::user_message(turn)));
+            .push(trae::text("user", &script::user_message(turn)));
         let mut latencies = Vec::new();
         if script::calls_tool(turn) {
             let call = script::tool_call(turn);
@@ -56,11 +53,12 @@ impl TraeAgent {
                 ..Solo::default()
             };
             latencies.push(self.exchange(&want).await?);
-            self.messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
-                {"id": call.id, "type": "function", "function_call": {"name": call.name, "arguments": call.arguments}}]}));
-            self.messages
-                .push(json!({"role": "tool", "tool_call_id": call.id,
-                "content": [{"type": "text", "text": script::tool_result(turn)}]}));
+            self.messages.extend(trae::tool_turn(
+                &call.id,
+                &call.name,
+                &call.arguments,
+                &script::tool_result(turn),
+            ));
         }
         let text = script::trae_answer(turn, script::calls_tool(turn));
         let want = Solo {
@@ -70,13 +68,13 @@ impl TraeAgent {
             ..Solo::default()
         };
         latencies.push(self.exchange(&want).await?);
-        self.messages.push(text_message("assistant", &text));
+        self.messages.push(trae::text("assistant", &text));
         Ok(latencies)
     }
 
     /// Sends the conversation and checks the answer against `want`.
     async fn exchange(&self, want: &Solo) -> Result<Duration, String> {
-        let body = serde_json::to_vec(&solo_body(&self.messages)).unwrap_or_default();
+        let body = serde_json::to_vec(&trae::body(&self.messages)).unwrap_or_default();
         let headers = [
             ("content-type", "application/json"),
             ("authorization", script::TRAE_AUTH),
@@ -116,25 +114,6 @@ fn differences(want: &Solo, got: &Solo) -> String {
         ));
     }
     d.join("; ")
-}
-
-/// A Max-mode SOLO body as the TRAE client sends it.
-fn solo_body(messages: &[Value]) -> Value {
-    json!({
-        "messages": messages,
-        "model": "glm-5.3",
-        "config_name": "glm-5.3",
-        "function": "solo_work_remote",
-        "stream": true,
-        "tools": [{"type": "function", "function": {"name": "glob", "description": "find files",
-            "parameters": "{\"type\":\"object\",\"properties\":{\"pattern\":{\"type\":\"string\"}}}"}}],
-        "tool_choice": "auto",
-        "max_tokens": 64000,
-        "temperature": 0.3,
-        "model_auto_selection": {"strategy": "max", "fallback_to_advance_model": null, "entitlement_id": null},
-        "model_selection_strategy": "max",
-        "context_window_size": 1_000_000,
-    })
 }
 
 /// What a TRAE client makes of a SOLO stream, or why it is not one.

@@ -6,6 +6,8 @@
 use bytes::Bytes;
 use http::{header, Method, StatusCode};
 use serde_json::{json, Value};
+use shimgate_testkit::openai::Chunks;
+use shimgate_testkit::qoder;
 
 use super::{last_turn, pieces, Log, Reply};
 use crate::demo::script;
@@ -57,46 +59,28 @@ pub fn answer(log: &Log, parts: &http::request::Parts, body: &[u8]) -> Reply {
 /// The whole answer of `turn`, one envelope per frame.
 fn frames(turn: u32) -> Vec<Bytes> {
     let id = format!("chatcmpl-demo-q{turn}");
-    let chunk = |delta: Value, finish: Value| {
-        json!({"id": id, "object": "chat.completion.chunk", "created": 1_764_400_000, "model": "qmodel_38max",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-        .to_string()
+    let chunks = Chunks {
+        id: &id,
+        created: 1_764_400_000,
+        model: "qmodel_38max",
     };
+    let envelope = |chunk: Value| qoder::envelope(&chunk.to_string());
     let mut out = vec![
-        heartbeat(Value::Null),
-        envelope(&chunk(
-            json!({"role": "assistant", "content": ""}),
-            Value::Null,
-        )),
-        heartbeat(json!("")),
+        qoder::envelope_json(&Value::Null),
+        envelope(chunks.delta(json!({"role": "assistant", "content": ""}), Value::Null)),
+        qoder::envelope(""),
     ];
     let text = script::qoder_answer(turn);
     for (i, piece) in pieces(&text).enumerate() {
-        out.push(envelope(&chunk(json!({"content": piece}), Value::Null)));
+        out.push(envelope(
+            chunks.delta(json!({"content": piece}), Value::Null),
+        ));
         if i == 3 {
-            out.push(heartbeat(json!("{}")));
+            out.push(qoder::envelope("{}"));
         }
     }
-    out.push(envelope(&chunk(json!({}), json!("stop"))));
-    let prompt = script::prompt_tokens(turn);
-    let usage = json!({"id": id, "object": "chat.completion.chunk", "created": 1_764_400_000, "model": "qmodel_38max",
-        "choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": 31, "total_tokens": prompt + 31}});
-    out.push(envelope(&usage.to_string()));
-    out.push(Bytes::from_static(
-        b"event:finish\ndata:{\"firstTokenDuration\":412,\"totalDuration\":980,\"serverDuration\":37}\n\n",
-    ));
-    out
-}
-
-/// An envelope frame whose `body` is `inner` as a JSON string.
-fn envelope(inner: &str) -> Bytes {
-    heartbeat(Value::String(inner.to_string()))
-}
-
-/// An envelope frame with any `body` (null, `""` and `"{}"` are heartbeats).
-fn heartbeat(body: Value) -> Bytes {
-    Bytes::from(format!(
-        "data:{}\n\n",
-        json!({"headers": {"Content-Type": ["application/json"]}, "body": body, "statusCodeValue": 200, "statusCode": "OK"})
-    ))
+    out.push(envelope(chunks.delta(json!({}), json!("stop"))));
+    out.push(envelope(chunks.usage(script::prompt_tokens(turn), 31)));
+    out.push(qoder::finish_event(412, 980, 37));
+    out.into_iter().map(Bytes::from).collect()
 }

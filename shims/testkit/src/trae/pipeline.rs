@@ -1,23 +1,13 @@
-//! Test support shared by the unit tests, the fuzz targets and the bench:
-//! what a TRAE client makes of a SOLO stream ([`Digest`]), both legs run
-//! over whole byte streams, a check that OpenAI output is well framed, a
-//! simulation of what billion-context measurably does to a stream
-//! (`research/bili.md` §2) and a SOLO stream generator for fuzzing.
+//! The trae shim's two legs run over whole byte streams as the runtime runs
+//! them, and the SOLO round trip through each proxy situation.
 
 use bytes::{Bytes, BytesMut};
-use serde_json::{json, Value};
+use serde_json::json;
 use shimgate_shim_api::sse::SseParser;
 use shimgate_shim_api::{Failure, FailureCode, FrameClass, StreamTranslator};
+use shimgate_shim_trae::{ToOpenAi, ToSolo};
 
-use crate::{ToOpenAi, ToSolo};
-
-mod bili;
-mod digest;
-mod generate;
-
-pub use bili::bili;
-pub use digest::{compare, digest, Call, Data, Digest, End, Seen};
-pub use generate::generate;
+use super::bili;
 
 /// Runs a translator over `chunks` as the runtime does: events until `End`
 /// or `Error`, then `eof`, and `fail` when the end was an error nobody wrote.
@@ -70,36 +60,6 @@ pub fn convert(chunks: impl IntoIterator<Item = Bytes>) -> Vec<u8> {
 /// The ingress over an OpenAI stream given as `chunks`.
 pub fn rebuild(chunks: impl IntoIterator<Item = Bytes>) -> Vec<u8> {
     run(&mut ToSolo::new(), chunks)
-}
-
-/// Checks OpenAI output framing: every frame is one `data:` line ended by a
-/// blank line, holds a JSON object or `[DONE]`, and exactly one `[DONE]`
-/// closes the stream.
-pub fn check_openai(bytes: &[u8]) -> Result<(), String> {
-    let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
-    let body = text
-        .strip_suffix("\n\n")
-        .ok_or_else(|| "does not end with a blank line".to_owned())?;
-    let frames: Vec<&str> = body.split("\n\n").collect();
-    for (i, frame) in frames.iter().enumerate() {
-        let data = frame
-            .strip_prefix("data: ")
-            .ok_or_else(|| format!("frame {i} is not a data line: {frame:?}"))?;
-        if data.contains(['\n', '\r']) {
-            return Err(format!("frame {i} has more than one line: {frame:?}"));
-        }
-        let last = i + 1 == frames.len();
-        if data == "[DONE]" {
-            if !last {
-                return Err(format!("[DONE] at frame {i} is not last"));
-            }
-        } else if last {
-            return Err("the stream does not end with [DONE]".into());
-        } else if !serde_json::from_str::<Value>(data).is_ok_and(|v| v.is_object()) {
-            return Err(format!("frame {i} is not a JSON object: {data:?}"));
-        }
-    }
-    Ok(())
 }
 
 /// Which proxy sat between the two legs.

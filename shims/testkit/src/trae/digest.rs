@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 use shimgate_shim_api::sse::SseParser;
+use shimgate_shim_trae::solo::Output;
 
 use super::Proxy;
-use crate::solo::Output;
 
 /// An event's data: JSON when it parses, else the text.
 #[derive(Debug, Clone, PartialEq)]
