@@ -6,10 +6,10 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use crate::app::{App, SHIM_COUNTERS};
-use crate::chain::latency::Latency;
-use crate::config::SHIM_NAMES;
+use crate::app::stats::Counter;
+use crate::app::App;
 use crate::host::Shims;
+use crate::registry;
 
 /// Escapes a label value.
 fn label(v: &str) -> String {
@@ -27,15 +27,15 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 pub fn render(app: &App, shims: &Shims) -> String {
     let mut out = String::with_capacity(8192);
     let status = super::status::document(app, shims);
-    for counter in SHIM_COUNTERS {
-        let name = format!("shimgate_{}_total", snake(counter));
+    for counter in Counter::ALL {
+        let name = counter.metric_name();
         header(
             &mut out,
-            &name,
+            name,
             "counter",
-            &format!("`{counter}` in /status, per shim."),
+            &format!("`{}` in /status, per shim.", counter.status_key()),
         );
-        for shim in SHIM_NAMES {
+        for shim in registry::names() {
             let _ = writeln!(
                 out,
                 "{name}{{shim=\"{shim}\"}} {}",
@@ -49,8 +49,10 @@ pub fn render(app: &App, shims: &Shims) -> String {
         "gauge",
         "1 when the shim's listener is up.",
     );
-    for shim in SHIM_NAMES {
-        let up = status[key(shim)]["listening"].as_bool().unwrap_or(false);
+    for shim in registry::names() {
+        let up = status[format!("{shim}Shim")]["listening"]
+            .as_bool()
+            .unwrap_or(false);
         let _ = writeln!(
             out,
             "shimgate_listening{{shim=\"{shim}\"}} {}",
@@ -63,7 +65,7 @@ pub fn render(app: &App, shims: &Shims) -> String {
         "gauge",
         "Live rid entries per shim.",
     );
-    for shim in SHIM_NAMES {
+    for shim in registry::names() {
         let _ = writeln!(
             out,
             "shimgate_rids_live{{shim=\"{shim}\"}} {}",
@@ -88,8 +90,8 @@ pub fn render(app: &App, shims: &Shims) -> String {
         "histogram",
         "Time from sending an upstream request to its response head.",
     );
-    for shim in SHIM_NAMES {
-        app.chain.latency.first_byte[Latency::slot(shim)].write(
+    for shim in registry::names() {
+        app.chain.latency.first_byte(shim).write(
             &mut out,
             "shimgate_upstream_first_byte_seconds",
             &format!("shim=\"{shim}\""),
@@ -101,8 +103,8 @@ pub fn render(app: &App, shims: &Shims) -> String {
         "histogram",
         "Time shimgate adds to a call that succeeded on its first try.",
     );
-    for shim in SHIM_NAMES {
-        app.chain.latency.overhead[Latency::slot(shim)].write(
+    for shim in registry::names() {
+        app.chain.latency.overhead(shim).write(
             &mut out,
             "shimgate_overhead_seconds",
             &format!("shim=\"{shim}\""),
@@ -122,14 +124,6 @@ pub fn render(app: &App, shims: &Shims) -> String {
     out
 }
 
-fn key(shim: &str) -> &'static str {
-    if shim == "qoder" {
-        "qoderShim"
-    } else {
-        "traeShim"
-    }
-}
-
 fn route_metrics(out: &mut String, chain: &Value) {
     let routes = |shim: &str| {
         chain["routes"][shim]
@@ -143,7 +137,7 @@ fn route_metrics(out: &mut String, chain: &Value) {
         "counter",
         "Upstream attempts per route and outcome code (OK for success).",
     );
-    for shim in SHIM_NAMES {
+    for shim in registry::names() {
         for r in routes(shim) {
             let name = label(r["name"].as_str().unwrap_or(""));
             let ok = r["ok"].as_u64().unwrap_or(0);
@@ -168,7 +162,7 @@ fn route_metrics(out: &mut String, chain: &Value) {
         ),
     ] {
         header(out, metric, "counter", help);
-        for shim in SHIM_NAMES {
+        for shim in registry::names() {
             for r in routes(shim) {
                 let name = label(r["name"].as_str().unwrap_or(""));
                 let _ = writeln!(
@@ -185,7 +179,7 @@ fn route_metrics(out: &mut String, chain: &Value) {
         "gauge",
         "Attempts in flight per route.",
     );
-    for shim in SHIM_NAMES {
+    for shim in registry::names() {
         for r in routes(shim) {
             let name = label(r["name"].as_str().unwrap_or(""));
             let _ = writeln!(
@@ -201,7 +195,7 @@ fn route_metrics(out: &mut String, chain: &Value) {
         "gauge",
         "1 while a route rests after a quota failure.",
     );
-    for shim in SHIM_NAMES {
+    for shim in registry::names() {
         for e in chain["ordering"]["effective"][shim]
             .as_array()
             .into_iter()
@@ -215,28 +209,5 @@ fn route_metrics(out: &mut String, chain: &Value) {
                 u8::from(cooling)
             );
         }
-    }
-}
-
-fn snake(camel: &str) -> String {
-    let mut s = String::new();
-    for c in camel.chars() {
-        if c.is_ascii_uppercase() {
-            s.push('_');
-            s.push(c.to_ascii_lowercase());
-        } else {
-            s.push(c);
-        }
-    }
-    s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn counter_names_are_snake_case() {
-        assert_eq!(snake("sideRequests"), "side_requests");
     }
 }

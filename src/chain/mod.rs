@@ -331,8 +331,7 @@ async fn drive(ctx: ChainCtx, spec: CallSpec, mut head_tx: oneshot::Sender<Chain
                             .received
                             .elapsed()
                             .saturating_sub(committed.upstream_time);
-                        ctx.state.latency.overhead[crate::chain::latency::Latency::slot(spec.shim)]
-                            .observe(overhead);
+                        ctx.state.latency.overhead(spec.shim).observe(overhead);
                     }
                     let _streaming = ctx.state.stream_started();
                     let (status, headers) = committed.head(&route.name);

@@ -64,13 +64,16 @@ pub fn resolve_config(path: Option<&Path>) -> Result<Config, ConfigError> {
 pub fn check_config(path: &Path) -> ExitCode {
     match Config::load(path) {
         Ok(c) => {
+            let shims: Vec<String> = c
+                .shims
+                .iter()
+                .filter(|s| s.enabled)
+                .map(|s| format!("{} {} routes on {}", s.name, s.routes.len(), s.listen))
+                .collect();
             println!(
-                "{}: ok (qoder {} routes on {}, trae {} routes on {}, compressor {})",
+                "{}: ok ({}, compressor {})",
                 path.display(),
-                c.qoder.routes.len(),
-                c.qoder.listen,
-                c.trae.routes.len(),
-                c.trae.listen,
+                shims.join(", "),
                 c.compressor.as_deref().unwrap_or("none: direct mode")
             );
             ExitCode::SUCCESS
@@ -106,7 +109,7 @@ pub fn serve(path: Option<&Path>) -> ExitCode {
     };
     runtime.block_on(async move {
         let running = server::start(config).await;
-        for name in crate::config::SHIM_NAMES {
+        for name in crate::registry::names() {
             if let Some(addr) = running.addr(name) {
                 // A stable line on stdout so scripts (and tests) learn the ports.
                 println!("listening {name} {addr}");

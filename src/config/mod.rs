@@ -14,6 +14,7 @@ use std::time::Duration;
 use http::header::{HeaderName, HeaderValue};
 use shimgate_shim_api::FailureCode;
 
+use crate::registry::{self, Facts};
 use raw::{RawConfig, RawRoute, RawShim};
 
 /// Retries per route after the first try.
@@ -42,10 +43,6 @@ pub const DEFAULT_FIRST_BYTE_TIMEOUT_MS: u64 = 120_000;
 pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 120_000;
 /// Request bodies above this answer 413 (32 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 32 * 1024 * 1024;
-/// The qoder shim's default listener.
-pub const DEFAULT_QODER_LISTEN: &str = "127.0.0.1:47001";
-/// The trae shim's default listener.
-pub const DEFAULT_TRAE_LISTEN: &str = "127.0.0.1:47011";
 /// The file `serve` reads when no `--config` is given.
 pub const DEFAULT_CONFIG_FILE: &str = "shimgate.toml";
 /// Backoff delays are capped here whatever the config says (1 h): a larger
@@ -193,20 +190,26 @@ pub struct Route {
 /// `[shims.NAME]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShimConfig {
+    /// The shim's registry name.
+    pub name: &'static str,
     pub enabled: bool,
     pub listen: SocketAddr,
     pub allow_remote: bool,
     /// Per-shim compressor override.
     pub compressor: Option<String>,
+    /// Only for shims whose rebuilt request goes through a codec.
     pub codec: Codec,
     pub routes: Vec<Route>,
 }
 
 impl ShimConfig {
-    fn with_listen(listen: &str) -> Self {
+    /// The defaults of a registered shim.
+    fn of(facts: &Facts) -> Self {
         ShimConfig {
-            enabled: true,
-            listen: listen
+            name: facts.name,
+            enabled: facts.enabled_by_default,
+            listen: facts
+                .default_listen
                 .parse()
                 .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0))),
             allow_remote: false,
@@ -216,9 +219,6 @@ impl ShimConfig {
         }
     }
 }
-
-/// The names of the shims the runtime knows, in listing order.
-pub const SHIM_NAMES: [&str; 2] = ["qoder", "trae"];
 
 /// The validated runtime config.
 #[derive(Debug, Clone, PartialEq)]
@@ -234,8 +234,8 @@ pub struct Config {
     /// `[state] dir`: where shimgate keeps what outlives a restart (the
     /// proxy identity key).
     pub state_dir: PathBuf,
-    pub qoder: ShimConfig,
-    pub trae: ShimConfig,
+    /// Every registered shim's section, in registry order.
+    pub shims: Vec<ShimConfig>,
 }
 
 /// `$XDG_STATE_HOME/shimgate`, else `~/.local/state/shimgate`, else
@@ -270,8 +270,7 @@ impl Default for Config {
             timeouts: Timeouts::default(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             state_dir: default_state_dir(),
-            qoder: ShimConfig::with_listen(DEFAULT_QODER_LISTEN),
-            trae: ShimConfig::with_listen(DEFAULT_TRAE_LISTEN),
+            shims: registry::facts().iter().map(ShimConfig::of).collect(),
         }
     }
 }
@@ -279,11 +278,20 @@ impl Default for Config {
 impl Config {
     /// The config of one shim by name.
     pub fn shim(&self, name: &str) -> Option<&ShimConfig> {
-        match name {
-            "qoder" => Some(&self.qoder),
-            "trae" => Some(&self.trae),
-            _ => None,
+        self.shims.iter().find(|s| s.name == name)
+    }
+
+    /// Every shim listens on a free loopback port (`127.0.0.1:0`): for the
+    /// demo and for tests, which must not need fixed ports.
+    pub fn listen_on_free_ports(&mut self) {
+        for s in &mut self.shims {
+            s.listen = SocketAddr::from(([127, 0, 0, 1], 0));
         }
+    }
+
+    /// The config of one shim by name, to change.
+    pub fn shim_mut(&mut self, name: &str) -> Option<&mut ShimConfig> {
+        self.shims.iter_mut().find(|s| s.name == name)
     }
 
     /// The compressor URL a shim uses (its own override, else the global one).
@@ -424,29 +432,41 @@ impl Config {
             }
             config.state_dir = expand_home(&dir);
         }
-        if let Some(shims) = raw.shims {
-            if let Some(q) = shims.qoder {
-                apply_shim("qoder", q, &mut config.qoder)?;
-            }
-            if let Some(t) = shims.trae {
-                apply_shim("trae", t, &mut config.trae)?;
-            }
+        for (name, raw_shim) in raw.shims.unwrap_or_default() {
+            let Some(shim) = config.shims.iter_mut().find(|s| s.name == name) else {
+                let known: Vec<_> = registry::names().collect();
+                return Err(ConfigError::at(
+                    format!("shims.{name}"),
+                    format!("unknown shim {name:?} (known: {})", known.join(", ")),
+                ));
+            };
+            apply_shim(raw_shim, shim)?;
         }
-        if config.qoder.enabled
-            && config.trae.enabled
-            && config.qoder.listen == config.trae.listen
-            && config.trae.listen.port() != 0
-        {
+        check_listen_clashes(&config.shims)?;
+        Ok(config)
+    }
+}
+
+/// Two enabled shims cannot share a listen address (port 0 excepted).
+fn check_listen_clashes(shims: &[ShimConfig]) -> Result<(), ConfigError> {
+    for (i, later) in shims.iter().enumerate() {
+        let clash = shims[..i].iter().find(|earlier| {
+            earlier.enabled
+                && later.enabled
+                && earlier.listen == later.listen
+                && later.listen.port() != 0
+        });
+        if let Some(earlier) = clash {
             return Err(ConfigError::at(
-                "shims.trae.listen",
+                format!("shims.{}.listen", later.name),
                 format!(
-                    "{} is also the qoder shim's listen address",
-                    config.trae.listen
+                    "{} is also the {} shim's listen address",
+                    later.listen, earlier.name
                 ),
             ));
         }
-        Ok(config)
     }
+    Ok(())
 }
 
 fn positive_ms(path: &str, ms: u64) -> Result<Duration, ConfigError> {
@@ -487,7 +507,8 @@ fn check_url(path: &str, url: &str) -> Result<String, ConfigError> {
     Ok(url.trim_end_matches('/').to_string())
 }
 
-fn apply_shim(name: &str, raw: RawShim, shim: &mut ShimConfig) -> Result<(), ConfigError> {
+fn apply_shim(raw: RawShim, shim: &mut ShimConfig) -> Result<(), ConfigError> {
+    let name = shim.name;
     let key = |k: &str| format!("shims.{name}.{k}");
     if let Some(e) = raw.enabled {
         shim.enabled = e;
@@ -515,42 +536,9 @@ fn apply_shim(name: &str, raw: RawShim, shim: &mut ShimConfig) -> Result<(), Con
     if let Some(url) = raw.compressor {
         shim.compressor = Some(check_url(&key("compressor"), &url)?);
     }
-    match (name, raw.codec.as_deref(), raw.codec_command) {
-        (_, None, None) => {}
-        ("qoder", Some("plain"), None) => shim.codec = Codec::Plain,
-        ("qoder", Some("plain") | None, Some(_)) => {
-            return Err(ConfigError::at(
-                key("codec_command"),
-                "only used with codec = \"exec\"",
-            ))
-        }
-        ("qoder", Some("exec"), Some(cmd)) if !cmd.is_empty() && !cmd[0].is_empty() => {
-            shim.codec = Codec::Exec(cmd)
-        }
-        ("qoder", Some("exec"), _) => {
-            return Err(ConfigError::at(
-                key("codec_command"),
-                "codec = \"exec\" needs a command, e.g. [\"node\", \"encode.mjs\"]",
-            ))
-        }
-        ("qoder", Some(other), _) => {
-            return Err(ConfigError::at(
-                key("codec"),
-                format!("{other:?} is neither \"plain\" nor \"exec\""),
-            ))
-        }
-        (_, Some(_), _) => {
-            return Err(ConfigError::at(
-                key("codec"),
-                "only the qoder shim has a codec",
-            ))
-        }
-        (_, None, Some(_)) => {
-            return Err(ConfigError::at(
-                key("codec_command"),
-                "only the qoder shim has a codec",
-            ))
-        }
+    let has_codec = registry::find(name).is_some_and(|f| f.codec);
+    if let Some(codec) = codec_of(&key, has_codec, raw.codec.as_deref(), raw.codec_command)? {
+        shim.codec = codec;
     }
     if let Some(routes) = raw.routes {
         shim.routes = Vec::with_capacity(routes.len());
@@ -566,6 +554,44 @@ fn apply_shim(name: &str, raw: RawShim, shim: &mut ShimConfig) -> Result<(), Con
         }
     }
     Ok(())
+}
+
+/// `codec` and `codec_command`, for a shim that has a codec or not.
+fn codec_of(
+    key: &dyn Fn(&str) -> String,
+    has_codec: bool,
+    codec: Option<&str>,
+    command: Option<Vec<String>>,
+) -> Result<Option<Codec>, ConfigError> {
+    if !has_codec {
+        return match (codec, command) {
+            (None, None) => Ok(None),
+            (Some(_), _) => Err(ConfigError::at(key("codec"), "this shim has no codec")),
+            (None, Some(_)) => Err(ConfigError::at(
+                key("codec_command"),
+                "this shim has no codec",
+            )),
+        };
+    }
+    match (codec, command) {
+        (None, None) => Ok(None),
+        (Some("plain"), None) => Ok(Some(Codec::Plain)),
+        (Some("plain") | None, Some(_)) => Err(ConfigError::at(
+            key("codec_command"),
+            "only used with codec = \"exec\"",
+        )),
+        (Some("exec"), Some(cmd)) if !cmd.is_empty() && !cmd[0].is_empty() => {
+            Ok(Some(Codec::Exec(cmd)))
+        }
+        (Some("exec"), _) => Err(ConfigError::at(
+            key("codec_command"),
+            "codec = \"exec\" needs a command, e.g. [\"node\", \"encode.mjs\"]",
+        )),
+        (Some(other), _) => Err(ConfigError::at(
+            key("codec"),
+            format!("{other:?} is neither \"plain\" nor \"exec\""),
+        )),
+    }
 }
 
 fn check_route(path: &str, raw: RawRoute) -> Result<Route, ConfigError> {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{HeaderMap, Request, Response};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use serde_json::Value;
@@ -24,10 +24,12 @@ use super::translators::Counting;
 use super::{Host, RID_HEADER, RID_QUERY};
 use crate::app::exchange;
 use crate::app::rid::{RidEntry, RidRegistry};
+use crate::app::stats::Counter;
 use crate::app::{App, Live};
 use crate::chain::is_housekeeping;
 use crate::chain::{self, CallSpec, ChainResponse, TranslatorFactory};
 use crate::config::Config;
+use crate::http::body::ErrorCode;
 use crate::http::body::{self, Body, BoxError, ChannelBody};
 use crate::http::headers;
 use crate::http::read::{content_length, read_body};
@@ -93,11 +95,11 @@ pub(super) async fn handle<S: Shim>(
             Err(e) => return e.into_response(),
         };
         stats.touch();
-        stats.bump("intercepted");
+        stats.bump(Counter::Intercepted);
         let folded = match host.shim.fold(&native) {
             Ok(f) => f,
             Err(e) => {
-                stats.bump("fallback");
+                stats.bump(Counter::Fallback);
                 host.set_effective(false);
                 let why = format!(
                     "the ingress could not fold the request ({e}): passed through untouched"
@@ -122,7 +124,7 @@ pub(super) async fn handle<S: Shim>(
             Some(compressor) => via_proxy(&host, &app, &live, &compressor, taken).await,
             None => {
                 // Direct mode: no proxy configured, so nothing failed.
-                stats.bump("fallback");
+                stats.bump(Counter::Fallback);
                 host.set_effective(false);
                 direct(&host, &app, &live.config, taken).await
             }
@@ -193,7 +195,7 @@ async fn via_proxy<S: Shim>(
                 Err(e) => format!("the compression proxy is unreachable: {e}"),
             };
             if entry.abandon() {
-                stats.bump("fallback");
+                stats.bump(Counter::Fallback);
                 host.set_effective(false);
                 let why =
                     format!("{why} before the return leg saw rid {rid}; sent upstream directly");
@@ -207,7 +209,7 @@ async fn via_proxy<S: Shim>(
                 Ok(resp) => relay(host, app, config, &taken.original, resp, Some(entry)).await,
                 Err(e) => {
                     stats.error(format!("{why} after the return leg took rid {rid}"));
-                    body::error_response(StatusCode::BAD_GATEWAY, "COMPRESSOR_FAILED", &e)
+                    body::error_response(ErrorCode::CompressorFailed, &e)
                 }
             }
         }
@@ -228,8 +230,7 @@ async fn proxy_error<S: Shim>(
         Ok(c) => c.to_bytes(),
         Err(e) => {
             return body::error_response(
-                StatusCode::BAD_GATEWAY,
-                "COMPRESSOR_FAILED",
+                ErrorCode::CompressorFailed,
                 &format!("the compression proxy's error answer broke off: {e}"),
             )
         }

@@ -18,9 +18,11 @@ use super::aggregate::Aggregate;
 use super::openai_error::{self, ErrorContext};
 use super::Host;
 use crate::app::exchange;
+use crate::app::stats::Counter;
 use crate::app::App;
 use crate::chain::is_housekeeping;
 use crate::chain::{self, CallSpec, ChainResponse, TranslatorFactory};
+use crate::http::body::ErrorCode;
 use crate::http::body::{self, Body};
 use crate::http::headers::Secrets;
 use crate::http::read::{content_length, read_body};
@@ -42,9 +44,7 @@ pub fn is_side_request(body: &Value) -> bool {
 }
 
 fn gone(rid: &str, why: &str) -> Response<Body> {
-    body::error_response(
-        StatusCode::GONE,
-        "RID_GONE",
+    body::error_response(ErrorCode::RidGone,
         &format!("rid {rid} {why} (entries live 120 s, the newest 256 are kept); the ingress answers the agent directly"),
     )
 }
@@ -62,7 +62,7 @@ pub(super) async fn handle<S: Shim>(
         let stats = app.shim_stats(name);
         stats.touch();
         if req.method() != Method::POST {
-            return body::error_response(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED", "the return leg takes POST");
+            return body::error_response(ErrorCode::MethodNotAllowed, "the return leg takes POST");
         }
         let Some(entry) = app.rids.get(&rid).filter(|e| e.shim == name) else {
             return gone(&rid, "is unknown or expired");
@@ -88,20 +88,20 @@ pub(super) async fn handle<S: Shim>(
         };
         let openai: Value = match serde_json::from_slice(&bytes) {
             Ok(v @ Value::Object(_)) => v,
-            Ok(_) => return body::error_response(StatusCode::BAD_REQUEST, "BAD_REQUEST", "the request body is JSON but not an object"),
+            Ok(_) => return body::error_response(ErrorCode::BadRequest, "the request body is JSON but not an object"),
             Err(e) => {
-                return body::error_response(StatusCode::BAD_REQUEST, "BAD_REQUEST", &format!("the request body is not JSON: {e}"))
+                return body::error_response(ErrorCode::BadRequest, &format!("the request body is not JSON: {e}"))
             }
         };
         let side = is_side_request(&openai);
         if side {
-            stats.bump("sideRequests");
+            stats.bump(Counter::SideRequests);
         } else {
             let ex = exchange::compare(&rid, &entry.sent, &exchange::summarize(&openai));
             if ex.changed {
-                stats.bump("compacted");
+                stats.bump(Counter::Compacted);
                 if ex.content_shrank() {
-                    stats.bump("folded");
+                    stats.bump(Counter::Folded);
                 }
             }
             host.exchanges().push(ex);
@@ -115,7 +115,7 @@ pub(super) async fn handle<S: Shim>(
                 entry.native.clone()
             }
         };
-        stats.bump("forwarded");
+        stats.bump(Counter::Forwarded);
         let housekeeping = is_housekeeping(&bytes) || is_housekeeping(&entry.native);
         let outbound = host.upstream.outbound(&config, native, &entry.path_and_query, &entry.headers);
         let streamed = openai.get("stream").and_then(Value::as_bool).unwrap_or(false);

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::app::App;
-use crate::config::{Config, SHIM_NAMES};
+use crate::config::Config;
 use crate::host::{self, Shims};
 
 mod dispatch;
@@ -90,13 +90,8 @@ pub async fn start(config: Config) -> Running {
     let graceful = Arc::new(GracefulShutdown::new());
     let mut accept_loops = JoinSet::new();
     let mut addrs = BTreeMap::new();
-    for name in SHIM_NAMES {
-        let Some(shim) = config.shim(name) else {
-            continue;
-        };
-        if !shim.enabled {
-            continue;
-        }
+    for shim in config.shims.iter().filter(|s| s.enabled) {
+        let name = shim.name;
         let stats = app.shim_stats(name);
         match TcpListener::bind(shim.listen).await {
             Ok(listener) => {
@@ -123,10 +118,7 @@ pub async fn start(config: Config) -> Running {
             }
         }
     }
-    if config.compressor.is_none()
-        && config.qoder.compressor.is_none()
-        && config.trae.compressor.is_none()
-    {
+    if config.compressor.is_none() && config.shims.iter().all(|s| s.compressor.is_none()) {
         info!("no compressor is configured: direct mode (requests go upstream uncompressed)");
     }
     Running {

@@ -44,15 +44,37 @@ impl std::error::Error for ShimError {}
 /// Every hook is pure: bytes and JSON in, bytes and JSON out.
 pub trait Shim: Send + Sync + 'static {
     /// What the runtime keeps under a rid between the ingress and the return
-    /// leg (the native body, parsed).
-    type Original: Send + Sync + 'static;
+    /// leg (the native body, parsed). Its default (an empty original) is
+    /// what `shimgate translate` hands the ingress translator offline.
+    type Original: Send + Sync + Default + 'static;
     /// Return leg: native upstream SSE to bare OpenAI SSE.
     type ReturnLeg: StreamTranslator;
     /// Ingress: bare OpenAI SSE (as the proxy relays it) to the agent's wire.
     type Ingress: StreamTranslator;
 
-    /// The shim's name: the return-leg path segment and the `/status` key.
-    fn name(&self) -> &'static str;
+    /// The shim's name: its config section (`[shims.NAME]`), the return-leg
+    /// path segment, the `/status` key (`NAMEShim`) and the metric label.
+    const NAME: &'static str;
+
+    /// Its listener when the config names none.
+    const DEFAULT_LISTEN: &'static str;
+
+    /// Whether it listens when the config does not say (`enabled`).
+    const ENABLED_BY_DEFAULT: bool = true;
+
+    /// Whether its rebuilt request goes upstream through a codec the user
+    /// picks (`[shims.NAME] codec`: `plain`, `exec`, `cosy`), as qoder's
+    /// encoded, signed asks do. Default: the body is sent as is.
+    const CODEC: bool = false;
+
+    /// The `/status` name of the count of frames rebuilt for the agent
+    /// (`returnLeg.<key>`). Default: `agentFrames`.
+    const AGENT_FRAMES_KEY: &'static str = "agentFrames";
+
+    /// [`Shim::NAME`], for callers holding a value.
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
 
     /// Whether a request is the inference call the ingress takes over
     /// (everything else passes through untouched).

@@ -34,7 +34,7 @@ pub const DEFAULT_MODEL: &str = "auto";
 
 /// The ask the agent sent, kept under a rid until the return leg rebuilds
 /// it (the runtime's `Shim::Original`).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct OriginalAsk {
     ask: Map<String, Value>,
     system_folded: bool,

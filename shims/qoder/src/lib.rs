@@ -49,9 +49,9 @@ impl Shim for QoderShim {
     type ReturnLeg = QoderReturnLeg;
     type Ingress = QoderIngress;
 
-    fn name(&self) -> &'static str {
-        NAME
-    }
+    const NAME: &'static str = NAME;
+    const DEFAULT_LISTEN: &'static str = "127.0.0.1:47001";
+    const CODEC: bool = true;
 
     /// `POST` on [`INFERENCE_PATH`]; `path` may carry a query string.
     fn is_inference(&self, method: &str, path: &str) -> bool {

@@ -67,13 +67,26 @@ impl Upstreaming for DirectJson {
     }
 }
 
-/// qoder: the configured codec.
-#[derive(Default)]
-pub struct QoderCodec {
+/// The codec `[shims.NAME] codec` names (for shims with `Shim::CODEC`,
+/// i.e. qoder).
+pub struct ConfiguredCodec {
+    shim: &'static str,
     exec: Mutex<Option<Arc<ExecCodec>>>,
 }
 
-impl QoderCodec {
+impl ConfiguredCodec {
+    /// The codec of the shim called `shim`.
+    pub fn new(shim: &'static str) -> Self {
+        ConfiguredCodec {
+            shim,
+            exec: Mutex::default(),
+        }
+    }
+
+    fn codec<'c>(&self, config: &'c Config) -> &'c Codec {
+        config.shim(self.shim).map_or(&Codec::Plain, |s| &s.codec)
+    }
+
     fn exec_for(&self, command: &[String]) -> Arc<ExecCodec> {
         let mut slot = self.exec.lock().unwrap_or_else(|p| p.into_inner());
         match slot.as_ref() {
@@ -89,7 +102,7 @@ impl QoderCodec {
     }
 }
 
-impl Upstreaming for QoderCodec {
+impl Upstreaming for ConfiguredCodec {
     fn outbound(
         &self,
         config: &Config,
@@ -97,7 +110,7 @@ impl Upstreaming for QoderCodec {
         path_and_query: &str,
         agent: &HeaderMap,
     ) -> Arc<dyn Outbound> {
-        match &config.qoder.codec {
+        match self.codec(config) {
             Codec::Plain => Arc::new(json_post(native, path_and_query, agent)),
             Codec::Exec(command) => Arc::new(ExecOutbound {
                 codec: self.exec_for(command),
@@ -108,7 +121,7 @@ impl Upstreaming for QoderCodec {
     }
 
     fn status(&self, config: &Config) -> Value {
-        match &config.qoder.codec {
+        match self.codec(config) {
             Codec::Plain => json!({"kind": "plain"}),
             Codec::Exec(command) => self.exec_for(command).status(),
         }
