@@ -161,6 +161,9 @@ pub enum Codec {
     Plain,
     /// A co-process: one JSON line in, one JSON line out.
     Exec(Vec<String>),
+    /// qoder's body encoding and the COSY signature, made again for every
+    /// attempt from the request's own COSY headers (needs them).
+    Cosy,
 }
 
 impl Codec {
@@ -169,6 +172,7 @@ impl Codec {
         match self {
             Codec::Plain => "plain",
             Codec::Exec(_) => "exec",
+            Codec::Cosy => "cosy",
         }
     }
 }
@@ -576,7 +580,8 @@ fn codec_of(
     match (codec, command) {
         (None, None) => Ok(None),
         (Some("plain"), None) => Ok(Some(Codec::Plain)),
-        (Some("plain") | None, Some(_)) => Err(ConfigError::at(
+        (Some("cosy"), None) => Ok(Some(Codec::Cosy)),
+        (Some("plain" | "cosy") | None, Some(_)) => Err(ConfigError::at(
             key("codec_command"),
             "only used with codec = \"exec\"",
         )),
@@ -589,7 +594,7 @@ fn codec_of(
         )),
         (Some(other), _) => Err(ConfigError::at(
             key("codec"),
-            format!("{other:?} is neither \"plain\" nor \"exec\""),
+            format!("{other:?} is not \"plain\", \"exec\" or \"cosy\""),
         )),
     }
 }

@@ -96,6 +96,25 @@ pub(super) async fn handle<S: Shim>(
         };
         stats.touch();
         stats.bump(Counter::Intercepted);
+        let path_and_query = parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| "/".to_string(), |p| p.as_str().to_string());
+        // A body in a transport encoding (qoder's Encode=1) is read decoded.
+        let (native, encoded) = match host.shim.decode(&path_and_query, &native) {
+            Ok(None) => (native, None),
+            Ok(Some(decoded)) => (Bytes::from(decoded), Some(native)),
+            Err(e) => {
+                stats.bump(Counter::Fallback);
+                host.set_effective(false);
+                let why = format!(
+                    "the ingress could not read the request ({e}): passed through untouched"
+                );
+                warn!("{why}");
+                stats.error(why);
+                return untouched(&app, name, parts, native, received).await;
+            }
+        };
         let folded = match host.shim.fold(&native) {
             Ok(f) => f,
             Err(e) => {
@@ -106,17 +125,16 @@ pub(super) async fn handle<S: Shim>(
                 );
                 warn!("{why}");
                 stats.error(why);
-                return untouched(&app, name, parts, native, received).await;
+                let body = encoded.unwrap_or(native);
+                return untouched(&app, name, parts, body, received).await;
             }
         };
         let taken = Intercepted {
             original: Arc::new(folded.original),
             openai: Arc::new(folded.openai),
             native,
-            path_and_query: parts
-                .uri
-                .path_and_query()
-                .map_or_else(|| "/".to_string(), |p| p.as_str().to_string()),
+            encoded: encoded.is_some(),
+            path_and_query,
             headers: parts.headers,
             received,
         };
@@ -162,6 +180,7 @@ async fn via_proxy<S: Shim>(
         taken.path_and_query.clone(),
         exchange::summarize(&taken.openai),
         identity.clone(),
+        taken.encoded,
     ));
     let url = proxy_url(compressor, name, &rid);
     let body = Bytes::from(serde_json::to_vec(&*taken.openai).unwrap_or_default());
@@ -319,9 +338,13 @@ async fn direct<S: Shim>(
 ) -> Response<Body> {
     let name = host.shim.name();
     let housekeeping = is_housekeeping(&taken.native);
-    let outbound =
-        host.upstream
-            .outbound(config, taken.native, &taken.path_and_query, &taken.headers);
+    let outbound = host.upstream.outbound(
+        config,
+        taken.native,
+        &taken.path_and_query,
+        &taken.headers,
+        taken.encoded,
+    );
     let h = host.clone();
     let (openai, original) = (super::answer_shape(&taken.openai), taken.original);
     let factory: TranslatorFactory = Arc::new(move || h.agent_translator(&openai, &original));
@@ -339,7 +362,10 @@ async fn direct<S: Shim>(
 struct Intercepted<S: Shim> {
     original: Arc<S::Original>,
     openai: Arc<Value>,
+    /// The body as fold read it (decoded, when it came encoded).
     native: Bytes,
+    /// It came in a transport encoding: the codec encodes it again.
+    encoded: bool,
     path_and_query: String,
     headers: HeaderMap,
     received: std::time::Instant,

@@ -117,7 +117,7 @@ pub(super) async fn handle<S: Shim>(
         };
         stats.bump(Counter::Forwarded);
         let housekeeping = is_housekeeping(&bytes) || is_housekeeping(&entry.native);
-        let outbound = host.upstream.outbound(&config, native, &entry.path_and_query, &entry.headers);
+        let outbound = host.upstream.outbound(&config, native, &entry.path_and_query, &entry.headers, entry.encoded);
         let streamed = openai.get("stream").and_then(Value::as_bool).unwrap_or(false);
         // Translators read only these; the messages are not kept for the
         // length of the stream.

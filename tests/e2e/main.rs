@@ -11,5 +11,6 @@ mod external;
 mod openai_shim;
 mod operator;
 mod qoder;
+mod qoder_cosy;
 mod return_errors;
 mod trae;

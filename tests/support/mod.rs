@@ -6,6 +6,7 @@ pub mod bili;
 pub mod bin;
 pub mod client;
 pub mod conversation;
+pub mod cosy_check;
 pub mod external;
 pub mod model;
 pub mod proxy;

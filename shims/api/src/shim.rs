@@ -80,6 +80,18 @@ pub trait Shim: Send + Sync + 'static {
     /// (everything else passes through untouched).
     fn is_inference(&self, method: &str, path: &str) -> bool;
 
+    /// The request body as [`Shim::fold`] reads it, for a body the agent
+    /// sent in a transport encoding (qoder's `Encode=1`). `Ok(None)`: the
+    /// body is read as it is; `Ok(Some(decoded))`: fold reads `decoded`
+    /// and the runtime encodes the rebuilt request again on the way up;
+    /// `Err`: the body claims an encoding it does not have (the runtime
+    /// passes the request through untouched, with the reason in
+    /// `lastError`). Default: `Ok(None)`.
+    fn decode(&self, path_and_query: &str, body: &[u8]) -> Result<Option<Vec<u8>>, ShimError> {
+        let _ = (path_and_query, body);
+        Ok(None)
+    }
+
     /// Folds the native request body into an OpenAI chat body.
     fn fold(&self, native: &[u8]) -> Result<Folded<Self::Original>, ShimError>;
 

@@ -224,6 +224,16 @@ fn rebuild_parameters(ask: &mut Map<String, Value>, body: &Map<String, Value>) {
     }
 }
 
+/// The ask with a fresh `request_id` (and `chat_record_id` where it
+/// equalled it), every other byte of meaning unchanged: for a second
+/// attempt of the same ask, which qoder would refuse with 103 otherwise.
+pub fn with_fresh_ids(ask: &[u8]) -> Result<Vec<u8>, ShimError> {
+    let mut map: Map<String, Value> = serde_json::from_slice(ask)
+        .map_err(|e| ShimError::new(format!("the ask is not a JSON object: {e}")))?;
+    renew_ids(&mut map);
+    serde_json::to_vec(&map).map_err(|e| ShimError::new(e.to_string()))
+}
+
 fn renew_ids(ask: &mut Map<String, Value>) {
     let old_id = ask
         .get("request_id")

@@ -59,6 +59,22 @@ impl Shim for QoderShim {
         method.eq_ignore_ascii_case("POST") && path == INFERENCE_PATH
     }
 
+    /// An `Encode=1` request whose body is not already the plaintext ask
+    /// (a JSON object, which clients that hand it over before encoding
+    /// send, whatever the query says) is decoded to the ask.
+    fn decode(&self, path_and_query: &str, body: &[u8]) -> Result<Option<Vec<u8>>, ShimError> {
+        let plaintext = body
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            .is_some_and(|b| *b == b'{');
+        if plaintext || !cosy::is_encoded(path_and_query) {
+            return Ok(None);
+        }
+        codec::decode_body(body)
+            .map(Some)
+            .map_err(|e| ShimError::new(format!("an Encode=1 body that does not decode: {e}")))
+    }
+
     fn fold(&self, native: &[u8]) -> Result<Folded<OriginalAsk>, ShimError> {
         ask::fold(native)
     }
