@@ -94,8 +94,14 @@ pub fn serve(path: Option<&Path>) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    if config.source.is_none() {
-        info!("no config file: built-in defaults (both shims on their default ports, direct mode)");
+    match &config.source {
+        // A stable line on stdout, like `listening`, so a user sees which
+        // file was loaded.
+        Some(path) => println!("config {}", path.display()),
+        None => {
+            println!("config none (built-in defaults)");
+            info!("no config file: built-in defaults (both shims on their default ports, direct mode)");
+        }
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

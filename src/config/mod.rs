@@ -43,6 +43,13 @@ pub const DEFAULT_FIRST_BYTE_TIMEOUT_MS: u64 = 120_000;
 pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 120_000;
 /// Request bodies above this answer 413 (32 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 32 * 1024 * 1024;
+/// A client must send a request head within this time (30 s).
+pub const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 = 30_000;
+/// A client connection with no request in flight is closed after this (120 s).
+pub const DEFAULT_CLIENT_IDLE_TIMEOUT_MS: u64 = 120_000;
+/// Open client connections per listener at most; beyond it a new one gets
+/// `503` at once (1,024: an agent opens a handful).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// The file `serve` reads when no `--config` is given.
 pub const DEFAULT_CONFIG_FILE: &str = "shimgate.toml";
 /// Backoff delays are capped here whatever the config says (1 h): a larger
@@ -154,6 +161,25 @@ impl Default for Timeouts {
     }
 }
 
+/// What a client connection may take (`[limits]`; read when the
+/// listeners start, not on reload).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientLimits {
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+}
+
+impl Default for ClientLimits {
+    fn default() -> Self {
+        ClientLimits {
+            header_read_timeout: Duration::from_millis(DEFAULT_HEADER_READ_TIMEOUT_MS),
+            idle_timeout: Duration::from_millis(DEFAULT_CLIENT_IDLE_TIMEOUT_MS),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
 /// How the qoder shim turns a rebuilt ask into an upstream request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Codec {
@@ -235,6 +261,7 @@ pub struct Config {
     pub ordering: Ordering,
     pub timeouts: Timeouts,
     pub max_body_bytes: u64,
+    pub client: ClientLimits,
     /// `[state] dir`: where shimgate keeps what outlives a restart (the
     /// proxy identity key).
     pub state_dir: PathBuf,
@@ -273,6 +300,7 @@ impl Default for Config {
             ordering: Ordering::default(),
             timeouts: Timeouts::default(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            client: ClientLimits::default(),
             state_dir: default_state_dir(),
             shims: registry::facts().iter().map(ShimConfig::of).collect(),
         }
@@ -329,7 +357,9 @@ impl Config {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigError::at("", format!("cannot read {}: {e}", path.display())))?;
         let mut config = Config::from_toml(&text)?;
-        config.source = Some(path.to_path_buf());
+        // Absolute, so `/status`, the log and a reload name the same file
+        // whatever the working directory.
+        config.source = Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()));
         Ok(config)
     }
 
@@ -428,6 +458,22 @@ impl Config {
                     ));
                 }
                 config.max_body_bytes = n;
+            }
+            if let Some(ms) = l.header_read_timeout_ms {
+                config.client.header_read_timeout =
+                    positive_ms("limits.header_read_timeout_ms", ms)?;
+            }
+            if let Some(ms) = l.client_idle_timeout_ms {
+                config.client.idle_timeout = positive_ms("limits.client_idle_timeout_ms", ms)?;
+            }
+            if let Some(n) = l.max_connections {
+                if n == 0 {
+                    return Err(ConfigError::at(
+                        "limits.max_connections",
+                        "must be > 0, got 0",
+                    ));
+                }
+                config.client.max_connections = n as usize;
             }
         }
         if let Some(dir) = raw.state.and_then(|s| s.dir) {
@@ -545,6 +591,12 @@ fn apply_shim(raw: RawShim, shim: &mut ShimConfig) -> Result<(), ConfigError> {
         shim.codec = codec;
     }
     if let Some(routes) = raw.routes {
+        if routes.is_empty() && shim.enabled {
+            return Err(ConfigError::at(
+                key("routes"),
+                "is empty: give the shim at least one [[shims.NAME.routes]], or leave the key out",
+            ));
+        }
         shim.routes = Vec::with_capacity(routes.len());
         for (i, r) in routes.into_iter().enumerate() {
             let route = check_route(&format!("shims.{name}.routes[{i}]"), r)?;

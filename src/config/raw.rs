@@ -69,6 +69,9 @@ pub struct RawUpstream {
 #[serde(deny_unknown_fields)]
 pub struct RawLimits {
     pub max_body_bytes: Option<u64>,
+    pub header_read_timeout_ms: Option<u64>,
+    pub client_idle_timeout_ms: Option<u64>,
+    pub max_connections: Option<u32>,
 }
 
 /// `[shims.NAME]`.

@@ -255,3 +255,20 @@ fn an_unknown_shim_section_names_the_known_ones() {
         "{e}"
     );
 }
+
+#[test]
+fn an_empty_route_list_for_an_enabled_shim_names_the_key() {
+    let e = err("[shims.trae]\nroutes = []\n");
+    assert!(e.starts_with("shims.trae.routes: is empty"), "{e}");
+    Config::from_toml("[shims.trae]\nenabled = false\nroutes = []\n").unwrap();
+}
+
+#[test]
+fn client_limits_have_sane_defaults_and_refuse_zero() {
+    let c = Config::default();
+    assert_eq!(c.client.header_read_timeout.as_secs(), 30);
+    assert_eq!(c.client.idle_timeout.as_secs(), 120);
+    assert_eq!(c.client.max_connections, 1024);
+    let e = err("[limits]\nmax_connections = 0\n");
+    assert_eq!(e, "limits.max_connections: must be > 0, got 0");
+}

@@ -43,6 +43,17 @@ pub fn is_side_request(body: &Value) -> bool {
     !streamed || tiny
 }
 
+/// What a proxy may add to a body that was within `limits.max_body_bytes`
+/// when the ingress took it: billion-context adds a ~8 KB system prompt, its
+/// tools, a nudge of up to ~9 KB and a tag to every message; 4 MiB plus an
+/// eighth of the limit covers that with room to spare, so a request the
+/// ingress accepted is never refused on its way back.
+pub fn return_leg_limit(max_body_bytes: u64) -> u64 {
+    max_body_bytes
+        .saturating_add(4 * 1024 * 1024)
+        .saturating_add(max_body_bytes / 8)
+}
+
 fn gone(rid: &str, why: &str) -> Response<Body> {
     body::error_response(ErrorCode::RidGone,
         &format!("rid {rid} {why} (entries live 120 s, the newest 256 are kept); the ingress answers the agent directly"),
@@ -82,7 +93,7 @@ pub(super) async fn handle<S: Shim>(
         let live = app.live();
         let config = live.config.clone();
         let declared = content_length(&req);
-        let bytes = match read_body(req.into_body(), declared, config.max_body_bytes).await {
+        let bytes = match read_body(req.into_body(), declared, return_leg_limit(config.max_body_bytes)).await {
             Ok(b) => b,
             Err(e) => return e.into_response(),
         };
