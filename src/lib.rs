@@ -19,4 +19,5 @@ pub mod config;
 pub mod demo;
 pub mod host;
 pub mod http;
+pub mod registry;
 pub mod server;

@@ -30,6 +30,6 @@ fn main() -> ExitCode {
                 keep_turns,
             },
         ),
-        Command::Translate { shim, leg, check } => shimgate::cmd::translate::run(shim, leg, check),
+        Command::Translate { shim, leg, check } => shimgate::cmd::translate::run(&shim, leg, check),
     }
 }

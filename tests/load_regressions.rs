@@ -8,7 +8,6 @@
 mod support;
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,9 +44,7 @@ fn qoder_config(up: &Upstream, extra: &str) -> String {
 fn use_compressor(gate: &Gate, compressor_url: &str, base: &str) {
     let mut cfg =
         Config::from_toml(&format!("[compressor]\nurl = \"{compressor_url}\"\n{base}")).unwrap();
-    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    cfg.qoder.listen = any;
-    cfg.trae.listen = any;
+    cfg.listen_on_free_ports();
     gate.running.as_ref().unwrap().app.replace_config(cfg);
 }
 

@@ -14,11 +14,12 @@ use prometheus_client::encoding::{prometheus_text, DescriptorEncoder, EncodeMetr
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use crate::app::{App, SHIM_COUNTERS};
-use crate::chain::latency::{Histogram, Latency};
+use crate::app::stats::Counter;
+use crate::app::App;
+use crate::chain::latency::Histogram;
 use crate::chain::state::RouteMetrics;
-use crate::config::SHIM_NAMES;
 use crate::host::Shims;
+use crate::registry;
 
 /// The whole exposition.
 pub fn render(app: &App, _shims: &Shims) -> String {
@@ -34,8 +35,8 @@ pub fn render(app: &App, _shims: &Shims) -> String {
 /// Every value `/metrics` shows, read at one scrape.
 #[derive(Debug)]
 struct Snapshot {
-    /// Per [`SHIM_COUNTERS`] entry: its value per shim.
-    counters: Vec<(&'static str, Vec<(&'static str, u64)>)>,
+    /// Per [`Counter`]: its value per shim.
+    counters: Vec<(Counter, Vec<(&'static str, u64)>)>,
     listening: Vec<(&'static str, bool)>,
     rids_live: Vec<(&'static str, u64)>,
     streams_in_flight: i64,
@@ -48,55 +49,40 @@ struct Snapshot {
 
 impl Snapshot {
     fn read(app: &App) -> Snapshot {
+        let names: Vec<&'static str> = registry::names().collect();
         let per_shim = |value: &dyn Fn(&'static str) -> u64| {
-            SHIM_NAMES
-                .iter()
-                .map(|s| (*s, value(s)))
-                .collect::<Vec<_>>()
+            names.iter().map(|s| (*s, value(s))).collect::<Vec<_>>()
         };
         let config = app.config();
-        let routes: Vec<_> = SHIM_NAMES
+        let routes: Vec<_> = config
+            .shims
             .iter()
-            .filter_map(|s| Some((*s, config.shim(s)?.routes.as_slice())))
+            .map(|s| (s.name, s.routes.as_slice()))
             .collect();
         let latency = &app.chain.latency;
-        let histograms = |slots: &[Histogram; 2]| {
-            SHIM_NAMES
-                .iter()
-                .map(|s| (*s, slots[Latency::slot(s)].clone()))
-                .collect()
-        };
         Snapshot {
-            counters: SHIM_COUNTERS
+            counters: Counter::ALL
                 .iter()
-                .map(|c| (*c, per_shim(&|s| app.shim_stats(s).get(c))))
+                .map(|c| (*c, per_shim(&|s| app.shim_stats(s).get(*c))))
                 .collect(),
-            listening: SHIM_NAMES
+            listening: names
                 .iter()
                 .map(|s| (*s, app.shim_stats(s).is_listening()))
                 .collect(),
             rids_live: per_shim(&|s| app.rids.live(s) as u64),
             streams_in_flight: app.chain.streams_in_flight(),
             routes: app.chain.route_metrics(&routes, &config.ordering),
-            first_byte: histograms(&latency.first_byte),
-            overhead: histograms(&latency.overhead),
+            first_byte: names
+                .iter()
+                .map(|s| (*s, latency.first_byte(s).clone()))
+                .collect(),
+            overhead: names
+                .iter()
+                .map(|s| (*s, latency.overhead(s).clone()))
+                .collect(),
             uptime_seconds: app.started.elapsed().as_secs_f64(),
         }
     }
-}
-
-/// `sideRequests` → `side_requests`.
-fn snake(camel: &str) -> String {
-    let mut s = String::new();
-    for c in camel.chars() {
-        if c.is_ascii_uppercase() {
-            s.push('_');
-            s.push(c.to_ascii_lowercase());
-        } else {
-            s.push(c);
-        }
-    }
-    s
 }
 
 impl Collector for Snapshot {
@@ -104,9 +90,9 @@ impl Collector for Snapshot {
         // Counter families are named without `_total`: the encoder adds it
         // to the HELP, TYPE and sample lines alike.
         for (counter, values) in &self.counters {
-            let name = format!("shimgate_{}", snake(counter));
-            let help = format!("`{counter}` in /status, per shim.");
-            let mut m = enc.encode_descriptor(&name, &help, None, MetricType::Counter)?;
+            let name = counter.metric_family();
+            let help = format!("`{}` in /status, per shim.", counter.status_key());
+            let mut m = enc.encode_descriptor(name, &help, None, MetricType::Counter)?;
             for (shim, v) in values {
                 m.encode_family(&[("shim", *shim)])?
                     .encode_counter::<NoLabelSet, _, u64>(v, None)?;
@@ -234,11 +220,6 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    #[test]
-    fn counter_names_are_snake_case() {
-        assert_eq!(snake("sideRequests"), "side_requests");
-    }
-
     fn text(snapshot: Snapshot) -> String {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(snapshot));
@@ -253,7 +234,7 @@ mod tests {
         h.observe(Duration::from_micros(50));
         h.observe(Duration::from_millis(3));
         let out = text(Snapshot {
-            counters: vec![("sideRequests", vec![("qoder", 2), ("trae", 0)])],
+            counters: vec![(Counter::SideRequests, vec![("qoder", 2), ("trae", 0)])],
             listening: vec![("qoder", true)],
             rids_live: vec![("qoder", 1)],
             streams_in_flight: 0,

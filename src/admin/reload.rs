@@ -3,6 +3,7 @@
 use http::{Response, StatusCode};
 
 use crate::app::App;
+use crate::http::body::ErrorCode;
 use crate::http::body::{self, Body};
 
 /// `POST /reload`: re-reads the config file; a bad file is refused with its
@@ -18,7 +19,7 @@ pub fn reload(app: &App) -> Response<Body> {
         }
         Err(e) => {
             tracing::warn!(error = %e, "config reload rejected; the old config stays");
-            body::error_response(StatusCode::BAD_REQUEST, "CONFIG_INVALID", &e.to_string())
+            body::error_response(ErrorCode::ConfigInvalid, &e.to_string())
         }
     }
 }

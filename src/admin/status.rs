@@ -6,18 +6,23 @@ use serde_json::{json, Value};
 use crate::app::App;
 use crate::config::Config;
 use crate::host::Shims;
+use crate::registry;
 
 /// The whole document.
 pub fn document(app: &App, shims: &Shims) -> Value {
     let config = app.config();
-    json!({
-        "version": env!("CARGO_PKG_VERSION"),
-        "uptimeMs": app.started.elapsed().as_millis() as u64,
-        "config": app.config_status(),
-        "qoderShim": shim(app, shims, &config, "qoder"),
-        "traeShim": shim(app, shims, &config, "trae"),
-        "chain": chain(app, &config),
-    })
+    let mut doc = serde_json::Map::new();
+    doc.insert("version".into(), json!(env!("CARGO_PKG_VERSION")));
+    doc.insert(
+        "uptimeMs".into(),
+        json!(app.started.elapsed().as_millis() as u64),
+    );
+    doc.insert("config".into(), app.config_status());
+    for facts in registry::facts() {
+        doc.insert(facts.status_key(), shim(app, shims, &config, facts.name));
+    }
+    doc.insert("chain".into(), chain(app, &config));
+    Value::Object(doc)
 }
 
 fn shim(app: &App, shims: &Shims, config: &Config, name: &str) -> Value {
@@ -40,13 +45,12 @@ fn shim(app: &App, shims: &Shims, config: &Config, name: &str) -> Value {
 
 fn chain(app: &App, config: &Config) -> Value {
     let r = &config.retry;
-    let mut v = app.chain.status(
-        &[
-            ("qoder", &config.qoder.routes),
-            ("trae", &config.trae.routes),
-        ],
-        &config.ordering,
-    );
+    let routes: Vec<(&str, &[_])> = config
+        .shims
+        .iter()
+        .map(|s| (s.name, s.routes.as_slice()))
+        .collect();
+    let mut v = app.chain.status(&routes, &config.ordering);
     if let Some(m) = v.as_object_mut() {
         m.insert(
             "retry".into(),

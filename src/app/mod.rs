@@ -5,9 +5,9 @@
 pub mod exchange;
 pub mod identity;
 pub mod rid;
+pub mod stats;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Instant, SystemTime};
 
@@ -16,122 +16,19 @@ use tokio_util::sync::CancellationToken;
 
 use crate::chain::state::ChainState;
 use crate::chain::ChainCtx;
-use crate::clock::{epoch_ms, iso8601};
-use crate::config::{Config, ConfigError, SHIM_NAMES};
+use crate::clock::iso8601;
+use crate::config::{Config, ConfigError};
 use crate::http::client::{self, HttpClient};
+use crate::registry;
 use identity::ProxyIdentity;
 use rid::RidRegistry;
+use stats::ShimStats;
 
 /// A config together with the client built for its timeouts; replaced whole
 /// on reload so a request sees one consistent snapshot.
 pub struct Live {
     pub config: Arc<Config>,
     pub client: HttpClient,
-}
-
-/// Status a listener and its shim keep for `/status`.
-#[derive(Debug, Default)]
-pub struct ShimStats {
-    inner: Mutex<ShimText>,
-    counters: BTreeMap<&'static str, AtomicU64>,
-}
-
-#[derive(Debug, Default, Clone)]
-struct ShimText {
-    listening: Option<String>,
-    start_error: Option<String>,
-    last_error: Option<String>,
-    last_error_at: Option<SystemTime>,
-    last_at: Option<SystemTime>,
-}
-
-/// The counters every shim keeps (DESIGN §4), in `/status` spelling.
-pub const SHIM_COUNTERS: [&str; 6] = [
-    "intercepted",
-    "forwarded",
-    "compacted",
-    "folded",
-    "fallback",
-    "sideRequests",
-];
-
-impl ShimStats {
-    fn new() -> Self {
-        ShimStats {
-            inner: Mutex::default(),
-            counters: SHIM_COUNTERS
-                .iter()
-                .map(|k| (*k, AtomicU64::new(0)))
-                .collect(),
-        }
-    }
-
-    fn text(&self) -> std::sync::MutexGuard<'_, ShimText> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Adds one to a counter of [`SHIM_COUNTERS`].
-    pub fn bump(&self, counter: &str) {
-        if let Some(c) = self.counters.get(counter) {
-            c.fetch_add(1, AtomicOrdering::Relaxed);
-        }
-    }
-
-    /// A counter's value.
-    pub fn get(&self, counter: &str) -> u64 {
-        self.counters
-            .get(counter)
-            .map_or(0, |c| c.load(AtomicOrdering::Relaxed))
-    }
-
-    /// Whether the listener is up (`/status` `listening`).
-    pub fn is_listening(&self) -> bool {
-        self.text().listening.is_some()
-    }
-
-    /// Notes that the shim handled something just now.
-    pub fn touch(&self) {
-        self.text().last_at = Some(SystemTime::now());
-    }
-
-    /// Records the latest error (a reason, never a credential).
-    pub fn error(&self, message: impl Into<String>) {
-        let mut t = self.text();
-        t.last_error = Some(message.into());
-        t.last_error_at = Some(SystemTime::now());
-    }
-
-    /// The listener is up on `addr`.
-    pub fn listening(&self, addr: std::net::SocketAddr) {
-        let mut t = self.text();
-        t.listening = Some(addr.to_string());
-        t.start_error = None;
-    }
-
-    /// The listener could not start.
-    pub fn start_failed(&self, message: impl Into<String>) {
-        let mut t = self.text();
-        t.listening = None;
-        t.start_error = Some(message.into());
-    }
-
-    /// The common `/status` fields of a shim.
-    pub fn base_json(&self, enabled: bool, listen: &str) -> serde_json::Map<String, Value> {
-        let t = self.text().clone();
-        let mut m = serde_json::Map::new();
-        m.insert("enabled".into(), json!(enabled));
-        m.insert("listen".into(), json!(listen));
-        m.insert("listening".into(), json!(t.listening.is_some()));
-        m.insert("boundAddress".into(), json!(t.listening));
-        m.insert("startError".into(), json!(t.start_error));
-        for k in SHIM_COUNTERS {
-            m.insert(k.into(), json!(self.get(k)));
-        }
-        m.insert("lastError".into(), json!(t.last_error));
-        m.insert("lastErrorAt".into(), json!(t.last_error_at.map(iso8601)));
-        m.insert("lastAt".into(), json!(t.last_at.map(epoch_ms)));
-        m
-    }
 }
 
 /// Reload bookkeeping for `/status.config`.
@@ -169,9 +66,8 @@ impl App {
             chain: Arc::new(ChainState::new()),
             hard_stop: CancellationToken::new(),
             started: Instant::now(),
-            shims: SHIM_NAMES
-                .iter()
-                .map(|n| (*n, Arc::new(ShimStats::new())))
+            shims: registry::names()
+                .map(|n| (n, Arc::new(ShimStats::default())))
                 .collect(),
             reload: Mutex::default(),
             rids: RidRegistry::default(),
@@ -198,12 +94,11 @@ impl App {
         }
     }
 
-    /// A shim's status (the names are fixed: `qoder`, `trae`).
+    /// A shim's status (one per registered shim; an unknown name gets a
+    /// detached one, so a caller's typo shows as zeros, never as another
+    /// shim's figures).
     pub fn shim_stats(&self, shim: &str) -> Arc<ShimStats> {
-        self.shims
-            .get(shim)
-            .cloned()
-            .unwrap_or_else(|| Arc::new(ShimStats::new()))
+        self.shims.get(shim).cloned().unwrap_or_default()
     }
 
     /// Swaps in a validated config (the next request uses it; streams in

@@ -55,6 +55,9 @@ pub struct RidEntry {
     /// proxy that calls a fixed path and forwards only that header is
     /// served the newest live rid of it.
     pub identity: String,
+    /// The agent sent the body in a transport encoding (`native` holds it
+    /// decoded); the codec encodes the rebuilt request again.
+    pub encoded: bool,
     /// Return-leg requests seen for this rid.
     pub return_hits: AtomicU32,
     state: AtomicU8,
@@ -72,6 +75,7 @@ impl RidEntry {
         path_and_query: String,
         sent: Vec<MessageSummary>,
         identity: String,
+        encoded: bool,
     ) -> Self {
         RidEntry {
             rid,
@@ -83,6 +87,7 @@ impl RidEntry {
             path_and_query,
             sent,
             identity,
+            encoded,
             return_hits: AtomicU32::new(0),
             state: AtomicU8::new(OPEN),
         }
@@ -236,6 +241,7 @@ mod tests {
             "/".into(),
             Vec::new(),
             format!("id-{}", rid.len() % 2),
+            false,
         )
     }
 

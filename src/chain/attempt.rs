@@ -14,7 +14,6 @@ use shimgate_shim_api::sse::SseParser;
 use shimgate_shim_api::{Failure, FailureCode, FrameClass, StreamTranslator};
 
 use super::{policy, BodyTx, CallSpec, ChainCtx};
-use crate::chain::latency::Latency;
 use crate::config::Route;
 use crate::http::headers;
 
@@ -197,7 +196,10 @@ pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCo
         Ok(Err(e)) => return failed(client_failure(&e)),
         Ok(Ok(r)) => r,
     };
-    ctx.state.latency.first_byte[Latency::slot(spec.shim)].observe(sent_at.elapsed());
+    ctx.state
+        .latency
+        .first_byte(spec.shim)
+        .observe(sent_at.elapsed());
     let (parts, body) = resp.into_parts();
     if !parts.status.is_success() {
         return error_answer(parts, body, timeouts.idle).await;

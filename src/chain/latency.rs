@@ -18,7 +18,7 @@ use std::time::Duration;
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::MetricType;
 
-use crate::config::SHIM_NAMES;
+use crate::registry;
 
 /// Bucket upper bounds in seconds: fine below a millisecond, where the
 /// overhead shimgate adds lives, coarse above, where upstreams live.
@@ -57,20 +57,41 @@ impl EncodeMetric for Histogram {
     }
 }
 
-/// Latency histograms per shim.
-#[derive(Debug, Default)]
+/// Latency histograms per shim, one slot per shim of the registry.
+#[derive(Debug)]
 pub struct Latency {
-    /// Time from sending an upstream request to its response head.
-    pub first_byte: [Histogram; 2],
-    /// Time shimgate adds to a call that succeeded on its first try:
-    /// everything but the upstream's own time to first content.
-    pub overhead: [Histogram; 2],
+    first_byte: Vec<Histogram>,
+    overhead: Vec<Histogram>,
+    /// Where a name the registry does not know lands (never another
+    /// shim's slot).
+    unknown: Histogram,
+}
+
+impl Default for Latency {
+    fn default() -> Self {
+        let n = registry::facts().len();
+        Latency {
+            first_byte: (0..n).map(|_| Histogram::default()).collect(),
+            overhead: (0..n).map(|_| Histogram::default()).collect(),
+            unknown: Histogram::default(),
+        }
+    }
 }
 
 impl Latency {
-    /// The histogram slot of a shim.
-    pub fn slot(shim: &str) -> usize {
-        SHIM_NAMES.iter().position(|n| *n == shim).unwrap_or(0)
+    /// Time from sending an upstream request to its response head.
+    pub fn first_byte(&self, shim: &str) -> &Histogram {
+        registry::index(shim)
+            .and_then(|i| self.first_byte.get(i))
+            .unwrap_or(&self.unknown)
+    }
+
+    /// Time shimgate adds to a call that succeeded on its first try:
+    /// everything but the upstream's own time to first content.
+    pub fn overhead(&self, shim: &str) -> &Histogram {
+        registry::index(shim)
+            .and_then(|i| self.overhead.get(i))
+            .unwrap_or(&self.unknown)
     }
 }
 

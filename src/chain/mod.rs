@@ -395,7 +395,7 @@ impl Driver<'_> {
                 .received
                 .elapsed()
                 .saturating_sub(committed.upstream_time);
-            self.ctx.state.latency.overhead[latency::Latency::slot(shim)].observe(overhead);
+            self.ctx.state.latency.overhead(shim).observe(overhead);
         }
         let _streaming = self.ctx.state.stream_started();
         let (status, headers) = committed.head(&leg.route.name);

@@ -7,7 +7,7 @@ use serde_json::json;
 use shimgate_shim_api::{Failure, FailureCode};
 
 use super::state::RouteReport;
-use crate::http::body::{self, Body, ChannelBody};
+use crate::http::body::{self, Body, ChannelBody, ErrorCode};
 
 /// What a call produced.
 pub enum ChainResponse {
@@ -84,9 +84,9 @@ impl ChainError {
     /// The stable code.
     pub fn code(&self) -> &'static str {
         match self {
-            ChainError::NoRoutes { .. } => "NO_ROUTES",
+            ChainError::NoRoutes { .. } => ErrorCode::NoRoutes.as_str(),
             ChainError::Exhausted { .. } => FailureCode::AutoRoutesExhausted.as_str(),
-            ChainError::ShuttingDown => "SHUTTING_DOWN",
+            ChainError::ShuttingDown => ErrorCode::ShuttingDown.as_str(),
             ChainError::Aborted => FailureCode::Aborted.as_str(),
         }
     }

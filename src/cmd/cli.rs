@@ -74,9 +74,9 @@ pub enum Command {
     },
     /// Translate a captured stream offline: what the shim would forward.
     Translate {
-        /// Which shim's translation.
-        #[arg(long, value_enum)]
-        shim: ShimName,
+        /// Which shim's translation (one of the registry's shims).
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::registry::names().collect::<Vec<_>>()))]
+        shim: String,
         /// `return`: upstream native SSE to bare OpenAI; `ingress`: OpenAI (as
         /// the proxy relays it) to what the agent reads.
         #[arg(long, value_enum)]
@@ -85,13 +85,6 @@ pub enum Command {
         #[arg(long)]
         check: bool,
     },
-}
-
-/// A shim, by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ShimName {
-    Qoder,
-    Trae,
 }
 
 /// A translation leg.

@@ -64,13 +64,16 @@ pub fn resolve_config(path: Option<&Path>) -> Result<Config, ConfigError> {
 pub fn check_config(path: &Path) -> ExitCode {
     match Config::load(path) {
         Ok(c) => {
+            let shims: Vec<String> = c
+                .shims
+                .iter()
+                .filter(|s| s.enabled)
+                .map(|s| format!("{} {} routes on {}", s.name, s.routes.len(), s.listen))
+                .collect();
             println!(
-                "{}: ok (qoder {} routes on {}, trae {} routes on {}, compressor {})",
+                "{}: ok ({}, compressor {})",
                 path.display(),
-                c.qoder.routes.len(),
-                c.qoder.listen,
-                c.trae.routes.len(),
-                c.trae.listen,
+                shims.join(", "),
                 c.compressor.as_deref().unwrap_or("none: direct mode")
             );
             ExitCode::SUCCESS
@@ -91,8 +94,14 @@ pub fn serve(path: Option<&Path>) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    if config.source.is_none() {
-        info!("no config file: built-in defaults (both shims on their default ports, direct mode)");
+    match &config.source {
+        // A stable line on stdout, like `listening`, so a user sees which
+        // file was loaded.
+        Some(path) => println!("config {}", path.display()),
+        None => {
+            println!("config none (built-in defaults)");
+            info!("no config file: built-in defaults (both shims on their default ports, direct mode)");
+        }
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -105,45 +114,73 @@ pub fn serve(path: Option<&Path>) -> ExitCode {
         }
     };
     runtime.block_on(async move {
+        // Handlers first: a signal sent as soon as the `listening` lines
+        // appear must reach them, not the default action.
+        let stop = Stop::install();
         let running = server::start(config).await;
-        for name in crate::config::SHIM_NAMES {
+        for name in crate::registry::names() {
             if let Some(addr) = running.addr(name) {
                 // A stable line on stdout so scripts (and tests) learn the ports.
                 println!("listening {name} {addr}");
             }
         }
-        wait_for_stop(&running).await;
+        stop.wait(&running).await;
         info!("shutting down");
         running.shutdown(SHUTDOWN_GRACE).await;
     });
     ExitCode::SUCCESS
 }
 
-#[cfg(unix)]
-async fn wait_for_stop(running: &server::Running) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-    ) else {
-        error!("cannot install signal handlers; stopping on ctrl-c only");
-        let _ = tokio::signal::ctrl_c().await;
-        return;
-    };
-    loop {
-        tokio::select! {
-            _ = term.recv() => return,
-            _ = int.recv() => return,
-            _ = hup.recv() => match running.app.reload() {
-                Ok(_) => info!("config reloaded (SIGHUP)"),
-                Err(e) => warn!(error = %e, "config reload rejected; the old config stays"),
-            },
-        }
-    }
+/// The signals `serve` reacts to: TERM and INT stop, HUP reloads.
+struct Stop {
+    #[cfg(unix)]
+    signals: Option<[tokio::signal::unix::Signal; 3]>,
 }
 
-#[cfg(not(unix))]
-async fn wait_for_stop(_running: &server::Running) {
-    let _ = tokio::signal::ctrl_c().await;
+impl Stop {
+    #[cfg(unix)]
+    fn install() -> Stop {
+        use tokio::signal::unix::{signal, SignalKind};
+        let signals = match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::hangup()),
+        ) {
+            (Ok(term), Ok(int), Ok(hup)) => Some([term, int, hup]),
+            _ => {
+                error!("cannot install signal handlers; stopping on ctrl-c only");
+                None
+            }
+        };
+        Stop { signals }
+    }
+
+    #[cfg(not(unix))]
+    fn install() -> Stop {
+        Stop {}
+    }
+
+    /// Waits for a stop signal, reloading the config on each HUP.
+    #[cfg(unix)]
+    async fn wait(self, running: &server::Running) {
+        let Some([mut term, mut int, mut hup]) = self.signals else {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = term.recv() => return,
+                _ = int.recv() => return,
+                _ = hup.recv() => match running.app.reload() {
+                    Ok(_) => info!("config reloaded (SIGHUP)"),
+                    Err(e) => warn!(error = %e, "config reload rejected; the old config stays"),
+                },
+            }
+        }
+    }
+
+    #[cfg(not(unix))]
+    async fn wait(self, _running: &server::Running) {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

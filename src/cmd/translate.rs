@@ -7,34 +7,35 @@ use std::io::{Read, Write};
 use std::process::ExitCode;
 
 use bytes::{Bytes, BytesMut};
-use serde_json::json;
 use shimgate_shim_api::sse::SseParser;
 use shimgate_shim_api::{FrameClass, StreamTranslator};
 
-use crate::cmd::cli::{Leg, ShimName};
+use crate::cmd::cli::Leg;
+use crate::host;
 
-fn translator(shim: ShimName, leg: Leg) -> Box<dyn StreamTranslator> {
-    let request = json!({"stream": true});
-    match (shim, leg) {
-        (ShimName::Qoder, Leg::Return) => {
-            Box::new(shimgate_shim_qoder::QoderReturnLeg::for_request(&request))
-        }
-        (ShimName::Qoder, Leg::Ingress) => Box::new(shimgate_shim_qoder::QoderIngress::new()),
-        (ShimName::Trae, Leg::Return) => Box::new(shimgate_shim_trae::ToOpenAi::new(&request)),
-        (ShimName::Trae, Leg::Ingress) => Box::new(shimgate_shim_trae::ToSolo::new()),
-    }
+fn translator(shim: &str, leg: Leg) -> Option<Box<dyn StreamTranslator>> {
+    let host = host::all().get(shim)?;
+    Some(match leg {
+        Leg::Return => host.offline_return_leg(),
+        Leg::Ingress => host.offline_ingress(),
+    })
 }
 
 /// Translates a whole stream as the runtime would (events until the end or
 /// an error, then `eof`, and `fail` for a cut stream), calling `emit` with
 /// every piece of output as soon as it exists.
 pub fn translate_stream(
-    shim: ShimName,
+    shim: &str,
     leg: Leg,
     input: &mut dyn Read,
     emit: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
-    let mut t = translator(shim, leg);
+    let mut t = translator(shim, leg).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("no shim {shim:?}"),
+        )
+    })?;
     let mut parser = SseParser::new();
     let mut out = BytesMut::new();
     let mut buf = vec![0u8; 64 * 1024];
@@ -94,7 +95,7 @@ pub fn check_openai(bytes: &[u8]) -> Vec<Problem> {
 }
 
 /// Runs the command on stdin/stdout.
-pub fn run(shim: ShimName, leg: Leg, check: bool) -> ExitCode {
+pub fn run(shim: &str, leg: Leg, check: bool) -> ExitCode {
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
     let stdout = std::io::stdout();
@@ -138,10 +139,7 @@ pub fn run(shim: ShimName, leg: Leg, check: bool) -> ExitCode {
             s
         }
     };
-    let shim_name = match shim {
-        ShimName::Qoder => "qoder",
-        ShimName::Trae => "trae",
-    };
+    let shim_name = shim;
     let text = match leg {
         Leg::Return => {
             let input_problems = check_openai(&captured);

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{header, Method, Request, Response, StatusCode};
+use http::{header, Method, Request, Response};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use serde_json::Value;
@@ -15,6 +15,7 @@ use tracing::{debug, warn};
 use super::rewrite::{self, Policy};
 use super::{Stats, FIRST_BYTE_TIMEOUT, MAX_BODY_BYTES};
 use crate::chain::error_chain;
+use crate::http::body::ErrorCode;
 use crate::http::body::{self, Body, BoxError};
 use crate::http::client::HttpClient;
 use crate::http::headers;
@@ -56,7 +57,7 @@ pub(super) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
             Ok(b) => b,
             Err(why) => {
                 shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
-                return body::error_response(StatusCode::BAD_REQUEST, "BAD_REQUEST", &why);
+                return body::error_response(ErrorCode::BadRequest, &why);
             }
         }
     } else {
@@ -111,8 +112,7 @@ async fn forward(shared: &Shared, parts: http::request::Parts, body: Bytes) -> R
         Ok(r) => r,
         Err(e) => {
             return body::error_response(
-                StatusCode::BAD_REQUEST,
-                "BAD_REQUEST",
+                ErrorCode::BadRequest,
                 &format!("cannot forward to {url}: {e}"),
             )
         }
@@ -125,7 +125,7 @@ async fn forward(shared: &Shared, parts: http::request::Parts, body: Bytes) -> R
             shared.stats.upstream_errors.fetch_add(1, Ordering::Relaxed);
             let why = format!("the upstream {url} failed: {}", error_chain(&e));
             warn!("{why}");
-            return body::error_response(StatusCode::BAD_GATEWAY, "UPSTREAM_UNREACHABLE", &why);
+            return body::error_response(ErrorCode::UpstreamUnreachable, &why);
         }
         Err(_) => {
             shared.stats.upstream_errors.fetch_add(1, Ordering::Relaxed);
@@ -134,7 +134,7 @@ async fn forward(shared: &Shared, parts: http::request::Parts, body: Bytes) -> R
                 FIRST_BYTE_TIMEOUT.as_secs()
             );
             warn!("{why}");
-            return body::error_response(StatusCode::GATEWAY_TIMEOUT, "UPSTREAM_TIMEOUT", &why);
+            return body::error_response(ErrorCode::UpstreamTimeout, &why);
         }
     };
     let (mut head, incoming) = resp.into_parts();

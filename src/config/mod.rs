@@ -14,6 +14,7 @@ use std::time::Duration;
 use http::header::{HeaderName, HeaderValue};
 use shimgate_shim_api::FailureCode;
 
+use crate::registry::{self, Facts};
 use raw::{RawConfig, RawRoute, RawShim};
 
 /// Retries per route after the first try.
@@ -42,10 +43,13 @@ pub const DEFAULT_FIRST_BYTE_TIMEOUT_MS: u64 = 120_000;
 pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 120_000;
 /// Request bodies above this answer 413 (32 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 32 * 1024 * 1024;
-/// The qoder shim's default listener.
-pub const DEFAULT_QODER_LISTEN: &str = "127.0.0.1:47001";
-/// The trae shim's default listener.
-pub const DEFAULT_TRAE_LISTEN: &str = "127.0.0.1:47011";
+/// A client must send a request head within this time (30 s).
+pub const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 = 30_000;
+/// A client connection with no request in flight is closed after this (120 s).
+pub const DEFAULT_CLIENT_IDLE_TIMEOUT_MS: u64 = 120_000;
+/// Open client connections per listener at most; beyond it a new one gets
+/// `503` at once (1,024: an agent opens a handful).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// The file `serve` reads when no `--config` is given.
 pub const DEFAULT_CONFIG_FILE: &str = "shimgate.toml";
 /// Backoff delays are capped here whatever the config says (1 h): a larger
@@ -157,6 +161,25 @@ impl Default for Timeouts {
     }
 }
 
+/// What a client connection may take (`[limits]`; read when the
+/// listeners start, not on reload).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientLimits {
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+}
+
+impl Default for ClientLimits {
+    fn default() -> Self {
+        ClientLimits {
+            header_read_timeout: Duration::from_millis(DEFAULT_HEADER_READ_TIMEOUT_MS),
+            idle_timeout: Duration::from_millis(DEFAULT_CLIENT_IDLE_TIMEOUT_MS),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
 /// How the qoder shim turns a rebuilt ask into an upstream request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Codec {
@@ -164,6 +187,9 @@ pub enum Codec {
     Plain,
     /// A co-process: one JSON line in, one JSON line out.
     Exec(Vec<String>),
+    /// qoder's body encoding and the COSY signature, made again for every
+    /// attempt from the request's own COSY headers (needs them).
+    Cosy,
 }
 
 impl Codec {
@@ -172,6 +198,7 @@ impl Codec {
         match self {
             Codec::Plain => "plain",
             Codec::Exec(_) => "exec",
+            Codec::Cosy => "cosy",
         }
     }
 }
@@ -193,20 +220,26 @@ pub struct Route {
 /// `[shims.NAME]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShimConfig {
+    /// The shim's registry name.
+    pub name: &'static str,
     pub enabled: bool,
     pub listen: SocketAddr,
     pub allow_remote: bool,
     /// Per-shim compressor override.
     pub compressor: Option<String>,
+    /// Only for shims whose rebuilt request goes through a codec.
     pub codec: Codec,
     pub routes: Vec<Route>,
 }
 
 impl ShimConfig {
-    fn with_listen(listen: &str) -> Self {
+    /// The defaults of a registered shim.
+    fn of(facts: &Facts) -> Self {
         ShimConfig {
-            enabled: true,
-            listen: listen
+            name: facts.name,
+            enabled: facts.enabled_by_default,
+            listen: facts
+                .default_listen
                 .parse()
                 .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0))),
             allow_remote: false,
@@ -216,9 +249,6 @@ impl ShimConfig {
         }
     }
 }
-
-/// The names of the shims the runtime knows, in listing order.
-pub const SHIM_NAMES: [&str; 2] = ["qoder", "trae"];
 
 /// The validated runtime config.
 #[derive(Debug, Clone, PartialEq)]
@@ -231,11 +261,12 @@ pub struct Config {
     pub ordering: Ordering,
     pub timeouts: Timeouts,
     pub max_body_bytes: u64,
+    pub client: ClientLimits,
     /// `[state] dir`: where shimgate keeps what outlives a restart (the
     /// proxy identity key).
     pub state_dir: PathBuf,
-    pub qoder: ShimConfig,
-    pub trae: ShimConfig,
+    /// Every registered shim's section, in registry order.
+    pub shims: Vec<ShimConfig>,
 }
 
 /// `$XDG_STATE_HOME/shimgate`, else `~/.local/state/shimgate`, else
@@ -269,9 +300,9 @@ impl Default for Config {
             ordering: Ordering::default(),
             timeouts: Timeouts::default(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            client: ClientLimits::default(),
             state_dir: default_state_dir(),
-            qoder: ShimConfig::with_listen(DEFAULT_QODER_LISTEN),
-            trae: ShimConfig::with_listen(DEFAULT_TRAE_LISTEN),
+            shims: registry::facts().iter().map(ShimConfig::of).collect(),
         }
     }
 }
@@ -279,11 +310,20 @@ impl Default for Config {
 impl Config {
     /// The config of one shim by name.
     pub fn shim(&self, name: &str) -> Option<&ShimConfig> {
-        match name {
-            "qoder" => Some(&self.qoder),
-            "trae" => Some(&self.trae),
-            _ => None,
+        self.shims.iter().find(|s| s.name == name)
+    }
+
+    /// Every shim listens on a free loopback port (`127.0.0.1:0`): for the
+    /// demo and for tests, which must not need fixed ports.
+    pub fn listen_on_free_ports(&mut self) {
+        for s in &mut self.shims {
+            s.listen = SocketAddr::from(([127, 0, 0, 1], 0));
         }
+    }
+
+    /// The config of one shim by name, to change.
+    pub fn shim_mut(&mut self, name: &str) -> Option<&mut ShimConfig> {
+        self.shims.iter_mut().find(|s| s.name == name)
     }
 
     /// The compressor URL a shim uses (its own override, else the global one).
@@ -317,7 +357,9 @@ impl Config {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigError::at("", format!("cannot read {}: {e}", path.display())))?;
         let mut config = Config::from_toml(&text)?;
-        config.source = Some(path.to_path_buf());
+        // Absolute, so `/status`, the log and a reload name the same file
+        // whatever the working directory.
+        config.source = Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()));
         Ok(config)
     }
 
@@ -417,6 +459,22 @@ impl Config {
                 }
                 config.max_body_bytes = n;
             }
+            if let Some(ms) = l.header_read_timeout_ms {
+                config.client.header_read_timeout =
+                    positive_ms("limits.header_read_timeout_ms", ms)?;
+            }
+            if let Some(ms) = l.client_idle_timeout_ms {
+                config.client.idle_timeout = positive_ms("limits.client_idle_timeout_ms", ms)?;
+            }
+            if let Some(n) = l.max_connections {
+                if n == 0 {
+                    return Err(ConfigError::at(
+                        "limits.max_connections",
+                        "must be > 0, got 0",
+                    ));
+                }
+                config.client.max_connections = n as usize;
+            }
         }
         if let Some(dir) = raw.state.and_then(|s| s.dir) {
             if dir.trim().is_empty() {
@@ -424,29 +482,41 @@ impl Config {
             }
             config.state_dir = expand_home(&dir);
         }
-        if let Some(shims) = raw.shims {
-            if let Some(q) = shims.qoder {
-                apply_shim("qoder", q, &mut config.qoder)?;
-            }
-            if let Some(t) = shims.trae {
-                apply_shim("trae", t, &mut config.trae)?;
-            }
+        for (name, raw_shim) in raw.shims.unwrap_or_default() {
+            let Some(shim) = config.shims.iter_mut().find(|s| s.name == name) else {
+                let known: Vec<_> = registry::names().collect();
+                return Err(ConfigError::at(
+                    format!("shims.{name}"),
+                    format!("unknown shim {name:?} (known: {})", known.join(", ")),
+                ));
+            };
+            apply_shim(raw_shim, shim)?;
         }
-        if config.qoder.enabled
-            && config.trae.enabled
-            && config.qoder.listen == config.trae.listen
-            && config.trae.listen.port() != 0
-        {
+        check_listen_clashes(&config.shims)?;
+        Ok(config)
+    }
+}
+
+/// Two enabled shims cannot share a listen address (port 0 excepted).
+fn check_listen_clashes(shims: &[ShimConfig]) -> Result<(), ConfigError> {
+    for (i, later) in shims.iter().enumerate() {
+        let clash = shims[..i].iter().find(|earlier| {
+            earlier.enabled
+                && later.enabled
+                && earlier.listen == later.listen
+                && later.listen.port() != 0
+        });
+        if let Some(earlier) = clash {
             return Err(ConfigError::at(
-                "shims.trae.listen",
+                format!("shims.{}.listen", later.name),
                 format!(
-                    "{} is also the qoder shim's listen address",
-                    config.trae.listen
+                    "{} is also the {} shim's listen address",
+                    later.listen, earlier.name
                 ),
             ));
         }
-        Ok(config)
     }
+    Ok(())
 }
 
 fn positive_ms(path: &str, ms: u64) -> Result<Duration, ConfigError> {
@@ -487,7 +557,8 @@ fn check_url(path: &str, url: &str) -> Result<String, ConfigError> {
     Ok(url.trim_end_matches('/').to_string())
 }
 
-fn apply_shim(name: &str, raw: RawShim, shim: &mut ShimConfig) -> Result<(), ConfigError> {
+fn apply_shim(raw: RawShim, shim: &mut ShimConfig) -> Result<(), ConfigError> {
+    let name = shim.name;
     let key = |k: &str| format!("shims.{name}.{k}");
     if let Some(e) = raw.enabled {
         shim.enabled = e;
@@ -515,44 +586,17 @@ fn apply_shim(name: &str, raw: RawShim, shim: &mut ShimConfig) -> Result<(), Con
     if let Some(url) = raw.compressor {
         shim.compressor = Some(check_url(&key("compressor"), &url)?);
     }
-    match (name, raw.codec.as_deref(), raw.codec_command) {
-        (_, None, None) => {}
-        ("qoder", Some("plain"), None) => shim.codec = Codec::Plain,
-        ("qoder", Some("plain") | None, Some(_)) => {
-            return Err(ConfigError::at(
-                key("codec_command"),
-                "only used with codec = \"exec\"",
-            ))
-        }
-        ("qoder", Some("exec"), Some(cmd)) if !cmd.is_empty() && !cmd[0].is_empty() => {
-            shim.codec = Codec::Exec(cmd)
-        }
-        ("qoder", Some("exec"), _) => {
-            return Err(ConfigError::at(
-                key("codec_command"),
-                "codec = \"exec\" needs a command, e.g. [\"node\", \"encode.mjs\"]",
-            ))
-        }
-        ("qoder", Some(other), _) => {
-            return Err(ConfigError::at(
-                key("codec"),
-                format!("{other:?} is neither \"plain\" nor \"exec\""),
-            ))
-        }
-        (_, Some(_), _) => {
-            return Err(ConfigError::at(
-                key("codec"),
-                "only the qoder shim has a codec",
-            ))
-        }
-        (_, None, Some(_)) => {
-            return Err(ConfigError::at(
-                key("codec_command"),
-                "only the qoder shim has a codec",
-            ))
-        }
+    let has_codec = registry::find(name).is_some_and(|f| f.codec);
+    if let Some(codec) = codec_of(&key, has_codec, raw.codec.as_deref(), raw.codec_command)? {
+        shim.codec = codec;
     }
     if let Some(routes) = raw.routes {
+        if routes.is_empty() && shim.enabled {
+            return Err(ConfigError::at(
+                key("routes"),
+                "is empty: give the shim at least one [[shims.NAME.routes]], or leave the key out",
+            ));
+        }
         shim.routes = Vec::with_capacity(routes.len());
         for (i, r) in routes.into_iter().enumerate() {
             let route = check_route(&format!("shims.{name}.routes[{i}]"), r)?;
@@ -566,6 +610,45 @@ fn apply_shim(name: &str, raw: RawShim, shim: &mut ShimConfig) -> Result<(), Con
         }
     }
     Ok(())
+}
+
+/// `codec` and `codec_command`, for a shim that has a codec or not.
+fn codec_of(
+    key: &dyn Fn(&str) -> String,
+    has_codec: bool,
+    codec: Option<&str>,
+    command: Option<Vec<String>>,
+) -> Result<Option<Codec>, ConfigError> {
+    if !has_codec {
+        return match (codec, command) {
+            (None, None) => Ok(None),
+            (Some(_), _) => Err(ConfigError::at(key("codec"), "this shim has no codec")),
+            (None, Some(_)) => Err(ConfigError::at(
+                key("codec_command"),
+                "this shim has no codec",
+            )),
+        };
+    }
+    match (codec, command) {
+        (None, None) => Ok(None),
+        (Some("plain"), None) => Ok(Some(Codec::Plain)),
+        (Some("cosy"), None) => Ok(Some(Codec::Cosy)),
+        (Some("plain" | "cosy") | None, Some(_)) => Err(ConfigError::at(
+            key("codec_command"),
+            "only used with codec = \"exec\"",
+        )),
+        (Some("exec"), Some(cmd)) if !cmd.is_empty() && !cmd[0].is_empty() => {
+            Ok(Some(Codec::Exec(cmd)))
+        }
+        (Some("exec"), _) => Err(ConfigError::at(
+            key("codec_command"),
+            "codec = \"exec\" needs a command, e.g. [\"node\", \"encode.mjs\"]",
+        )),
+        (Some(other), _) => Err(ConfigError::at(
+            key("codec"),
+            format!("{other:?} is not \"plain\", \"exec\" or \"cosy\""),
+        )),
+    }
 }
 
 fn check_route(path: &str, raw: RawRoute) -> Result<Route, ConfigError> {

@@ -18,7 +18,8 @@ pub struct RawConfig {
     pub upstream: Option<RawUpstream>,
     pub limits: Option<RawLimits>,
     pub state: Option<RawState>,
-    pub shims: Option<RawShims>,
+    /// `[shims.NAME]`, one table per shim of the registry.
+    pub shims: Option<BTreeMap<String, RawShim>>,
 }
 
 /// `[state]`.
@@ -68,14 +69,9 @@ pub struct RawUpstream {
 #[serde(deny_unknown_fields)]
 pub struct RawLimits {
     pub max_body_bytes: Option<u64>,
-}
-
-/// `[shims]`: one table per known shim.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawShims {
-    pub qoder: Option<RawShim>,
-    pub trae: Option<RawShim>,
+    pub header_read_timeout_ms: Option<u64>,
+    pub client_idle_timeout_ms: Option<u64>,
+    pub max_connections: Option<u32>,
 }
 
 /// `[shims.NAME]`.

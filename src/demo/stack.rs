@@ -39,9 +39,7 @@ fn shim_config(stack_urls: (&str, &str), compressor: Option<&str>) -> Result<Con
         toml.push_str(&format!("\n[compressor]\nurl = \"{url}\"\n"));
     }
     let mut config = Config::from_toml(&toml).map_err(|e| format!("demo config: {e}"))?;
-    let any = SocketAddr::from(([127, 0, 0, 1], 0));
-    config.qoder.listen = any;
-    config.trae.listen = any;
+    config.listen_on_free_ports();
     Ok(config)
 }
 

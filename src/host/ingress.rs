@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{HeaderMap, Request, Response};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use serde_json::Value;
@@ -24,10 +24,12 @@ use super::translators::Counting;
 use super::{Host, RID_HEADER, RID_QUERY};
 use crate::app::exchange;
 use crate::app::rid::{RidEntry, RidRegistry};
+use crate::app::stats::Counter;
 use crate::app::{App, Live};
 use crate::chain::is_housekeeping;
 use crate::chain::{self, CallSpec, ChainResponse, TranslatorFactory};
 use crate::config::Config;
+use crate::http::body::ErrorCode;
 use crate::http::body::{self, Body, BoxError, ChannelBody};
 use crate::http::headers;
 use crate::http::read::{content_length, read_body};
@@ -93,28 +95,46 @@ pub(super) async fn handle<S: Shim>(
             Err(e) => return e.into_response(),
         };
         stats.touch();
-        stats.bump("intercepted");
-        let folded = match host.shim.fold(&native) {
-            Ok(f) => f,
+        stats.bump(Counter::Intercepted);
+        let path_and_query = parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| "/".to_string(), |p| p.as_str().to_string());
+        // A body in a transport encoding (qoder's Encode=1) is read decoded.
+        let (native, encoded) = match host.shim.decode(&path_and_query, &native) {
+            Ok(None) => (native, None),
+            Ok(Some(decoded)) => (Bytes::from(decoded), Some(native)),
             Err(e) => {
-                stats.bump("fallback");
+                stats.bump(Counter::Fallback);
                 host.set_effective(false);
                 let why = format!(
-                    "the ingress could not fold the request ({e}): passed through untouched"
+                    "the ingress could not read the request ({e}): passed through untouched"
                 );
                 warn!("{why}");
                 stats.error(why);
                 return untouched(&app, name, parts, native, received).await;
             }
         };
+        let folded = match host.shim.fold(&native) {
+            Ok(f) => f,
+            Err(e) => {
+                stats.bump(Counter::Fallback);
+                host.set_effective(false);
+                let why = format!(
+                    "the ingress could not fold the request ({e}): passed through untouched"
+                );
+                warn!("{why}");
+                stats.error(why);
+                let body = encoded.unwrap_or(native);
+                return untouched(&app, name, parts, body, received).await;
+            }
+        };
         let taken = Intercepted {
             original: Arc::new(folded.original),
             openai: Arc::new(folded.openai),
             native,
-            path_and_query: parts
-                .uri
-                .path_and_query()
-                .map_or_else(|| "/".to_string(), |p| p.as_str().to_string()),
+            encoded: encoded.is_some(),
+            path_and_query,
             headers: parts.headers,
             received,
         };
@@ -122,7 +142,7 @@ pub(super) async fn handle<S: Shim>(
             Some(compressor) => via_proxy(&host, &app, &live, &compressor, taken).await,
             None => {
                 // Direct mode: no proxy configured, so nothing failed.
-                stats.bump("fallback");
+                stats.bump(Counter::Fallback);
                 host.set_effective(false);
                 direct(&host, &app, &live.config, taken).await
             }
@@ -160,6 +180,7 @@ async fn via_proxy<S: Shim>(
         taken.path_and_query.clone(),
         exchange::summarize(&taken.openai),
         identity.clone(),
+        taken.encoded,
     ));
     let url = proxy_url(compressor, name, &rid);
     let body = Bytes::from(serde_json::to_vec(&*taken.openai).unwrap_or_default());
@@ -193,7 +214,7 @@ async fn via_proxy<S: Shim>(
                 Err(e) => format!("the compression proxy is unreachable: {e}"),
             };
             if entry.abandon() {
-                stats.bump("fallback");
+                stats.bump(Counter::Fallback);
                 host.set_effective(false);
                 let why =
                     format!("{why} before the return leg saw rid {rid}; sent upstream directly");
@@ -207,7 +228,7 @@ async fn via_proxy<S: Shim>(
                 Ok(resp) => relay(host, app, config, &taken.original, resp, Some(entry)).await,
                 Err(e) => {
                     stats.error(format!("{why} after the return leg took rid {rid}"));
-                    body::error_response(StatusCode::BAD_GATEWAY, "COMPRESSOR_FAILED", &e)
+                    body::error_response(ErrorCode::CompressorFailed, &e)
                 }
             }
         }
@@ -228,8 +249,7 @@ async fn proxy_error<S: Shim>(
         Ok(c) => c.to_bytes(),
         Err(e) => {
             return body::error_response(
-                StatusCode::BAD_GATEWAY,
-                "COMPRESSOR_FAILED",
+                ErrorCode::CompressorFailed,
                 &format!("the compression proxy's error answer broke off: {e}"),
             )
         }
@@ -318,9 +338,13 @@ async fn direct<S: Shim>(
 ) -> Response<Body> {
     let name = host.shim.name();
     let housekeeping = is_housekeeping(&taken.native);
-    let outbound =
-        host.upstream
-            .outbound(config, taken.native, &taken.path_and_query, &taken.headers);
+    let outbound = host.upstream.outbound(
+        config,
+        taken.native,
+        &taken.path_and_query,
+        &taken.headers,
+        taken.encoded,
+    );
     let h = host.clone();
     let (openai, original) = (super::answer_shape(&taken.openai), taken.original);
     let factory: TranslatorFactory = Arc::new(move || h.agent_translator(&openai, &original));
@@ -338,7 +362,10 @@ async fn direct<S: Shim>(
 struct Intercepted<S: Shim> {
     original: Arc<S::Original>,
     openai: Arc<Value>,
+    /// The body as fold read it (decoded, when it came encoded).
     native: Bytes,
+    /// It came in a transport encoding: the codec encodes it again.
+    encoded: bool,
     path_and_query: String,
     headers: HeaderMap,
     received: std::time::Instant,

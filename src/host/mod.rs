@@ -29,6 +29,7 @@ use crate::app::rid::{RID_CAPACITY, RID_TTL};
 use crate::app::App;
 use crate::config::Config;
 use crate::http::body::Body;
+use crate::registry;
 use codec::Upstreaming;
 use translators::RebuildStats;
 
@@ -52,6 +53,11 @@ pub trait ShimHost: Send + Sync {
         rid: String,
         req: Request<Incoming>,
     ) -> ResponseFuture;
+    /// A fresh return-leg translator for a captured stream, offline
+    /// (`shimgate translate`).
+    fn offline_return_leg(&self) -> Box<dyn shimgate_shim_api::StreamTranslator>;
+    /// A fresh ingress translator for a captured stream, offline.
+    fn offline_ingress(&self) -> Box<dyn shimgate_shim_api::StreamTranslator>;
     /// The shim-specific `/status` fields.
     fn status(&self, app: &App, config: &Config) -> serde_json::Map<String, Value>;
 }
@@ -71,20 +77,22 @@ impl Shims {
     }
 }
 
-/// Every shim the runtime serves: adding a shim is one line here.
+/// A host for every shim of the registry.
 pub fn all() -> Shims {
-    Shims(vec![
-        Arc::new(Host::new(
-            shimgate_shim_qoder::QoderShim::new(),
-            codec::QoderCodec::default(),
-            "agentFrames",
-        )),
-        Arc::new(Host::new(
-            shimgate_shim_trae::TraeShim::new(),
-            codec::DirectJson,
-            "soloFrames",
-        )),
-    ])
+    struct Build(Vec<Arc<dyn ShimHost>>);
+    impl registry::Each for Build {
+        fn shim<S: Shim + Default>(&mut self) {
+            let upstream: Box<dyn Upstreaming> = if S::CODEC {
+                Box::new(codec::ConfiguredCodec::new(S::NAME))
+            } else {
+                Box::new(codec::DirectJson)
+            };
+            self.0.push(Arc::new(Host::new(S::default(), upstream)));
+        }
+    }
+    let mut b = Build(Vec::new());
+    registry::each(&mut b);
+    Shims(b.0)
 }
 
 const UNKNOWN: u8 = 0;
@@ -99,20 +107,17 @@ pub struct Host<S: Shim> {
     /// Whether the last intercepted call reached the return leg.
     effective: AtomicU8,
     rebuild: Arc<RebuildStats>,
-    /// `/status` name of the rebuilt-frames counter (`soloFrames` for trae).
-    frames_out_key: &'static str,
 }
 
 impl<S: Shim> Host<S> {
     /// Hosts `shim`, sending upstream with `upstream`.
-    pub fn new(shim: S, upstream: impl Upstreaming, frames_out_key: &'static str) -> Self {
+    pub fn new(shim: S, upstream: Box<dyn Upstreaming>) -> Self {
         Host {
             shim,
-            upstream: Box::new(upstream),
+            upstream,
             exchanges: Mutex::default(),
             effective: AtomicU8::new(UNKNOWN),
             rebuild: Arc::default(),
-            frames_out_key,
         }
     }
 
@@ -171,6 +176,14 @@ impl<S: Shim> ShimHost for Host<S> {
         Box::pin(return_leg::handle(self, app, rid, req))
     }
 
+    fn offline_return_leg(&self) -> Box<dyn shimgate_shim_api::StreamTranslator> {
+        Box::new(self.shim.return_leg(&json!({"stream": true})))
+    }
+
+    fn offline_ingress(&self) -> Box<dyn shimgate_shim_api::StreamTranslator> {
+        Box::new(self.shim.ingress(&S::Original::default()))
+    }
+
     fn status(&self, app: &App, config: &Config) -> serde_json::Map<String, Value> {
         let mut m = serde_json::Map::new();
         let effective = match self.effective.load(Ordering::Relaxed) {
@@ -199,7 +212,7 @@ impl<S: Shim> ShimHost for Host<S> {
             "returnLeg".into(),
             json!({
                 "openAiFrames": r.frames_in.load(Ordering::Relaxed),
-                self.frames_out_key: r.frames_out.load(Ordering::Relaxed),
+                S::AGENT_FRAMES_KEY: r.frames_out.load(Ordering::Relaxed),
                 "rebuildErrors": r.errors.load(Ordering::Relaxed),
                 "emptyRebuilds": r.empty.load(Ordering::Relaxed),
             }),

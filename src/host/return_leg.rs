@@ -18,9 +18,11 @@ use super::aggregate::Aggregate;
 use super::openai_error::{self, ErrorContext};
 use super::Host;
 use crate::app::exchange;
+use crate::app::stats::Counter;
 use crate::app::App;
 use crate::chain::is_housekeeping;
 use crate::chain::{self, CallSpec, ChainResponse, TranslatorFactory};
+use crate::http::body::ErrorCode;
 use crate::http::body::{self, Body};
 use crate::http::headers::Secrets;
 use crate::http::read::{content_length, read_body};
@@ -41,10 +43,19 @@ pub fn is_side_request(body: &Value) -> bool {
     !streamed || tiny
 }
 
+/// What a proxy may add to a body that was within `limits.max_body_bytes`
+/// when the ingress took it: billion-context adds a ~8 KB system prompt, its
+/// tools, a nudge of up to ~9 KB and a tag to every message; 4 MiB plus an
+/// eighth of the limit covers that with room to spare, so a request the
+/// ingress accepted is never refused on its way back.
+pub fn return_leg_limit(max_body_bytes: u64) -> u64 {
+    max_body_bytes
+        .saturating_add(4 * 1024 * 1024)
+        .saturating_add(max_body_bytes / 8)
+}
+
 fn gone(rid: &str, why: &str) -> Response<Body> {
-    body::error_response(
-        StatusCode::GONE,
-        "RID_GONE",
+    body::error_response(ErrorCode::RidGone,
         &format!("rid {rid} {why} (entries live 120 s, the newest 256 are kept); the ingress answers the agent directly"),
     )
 }
@@ -62,7 +73,7 @@ pub(super) async fn handle<S: Shim>(
         let stats = app.shim_stats(name);
         stats.touch();
         if req.method() != Method::POST {
-            return body::error_response(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED", "the return leg takes POST");
+            return body::error_response(ErrorCode::MethodNotAllowed, "the return leg takes POST");
         }
         let Some(entry) = app.rids.get(&rid).filter(|e| e.shim == name) else {
             return gone(&rid, "is unknown or expired");
@@ -82,26 +93,26 @@ pub(super) async fn handle<S: Shim>(
         let live = app.live();
         let config = live.config.clone();
         let declared = content_length(&req);
-        let bytes = match read_body(req.into_body(), declared, config.max_body_bytes).await {
+        let bytes = match read_body(req.into_body(), declared, return_leg_limit(config.max_body_bytes)).await {
             Ok(b) => b,
             Err(e) => return e.into_response(),
         };
         let openai: Value = match serde_json::from_slice(&bytes) {
             Ok(v @ Value::Object(_)) => v,
-            Ok(_) => return body::error_response(StatusCode::BAD_REQUEST, "BAD_REQUEST", "the request body is JSON but not an object"),
+            Ok(_) => return body::error_response(ErrorCode::BadRequest, "the request body is JSON but not an object"),
             Err(e) => {
-                return body::error_response(StatusCode::BAD_REQUEST, "BAD_REQUEST", &format!("the request body is not JSON: {e}"))
+                return body::error_response(ErrorCode::BadRequest, &format!("the request body is not JSON: {e}"))
             }
         };
         let side = is_side_request(&openai);
         if side {
-            stats.bump("sideRequests");
+            stats.bump(Counter::SideRequests);
         } else {
             let ex = exchange::compare(&rid, &entry.sent, &exchange::summarize(&openai));
             if ex.changed {
-                stats.bump("compacted");
+                stats.bump(Counter::Compacted);
                 if ex.content_shrank() {
-                    stats.bump("folded");
+                    stats.bump(Counter::Folded);
                 }
             }
             host.exchanges().push(ex);
@@ -115,9 +126,9 @@ pub(super) async fn handle<S: Shim>(
                 entry.native.clone()
             }
         };
-        stats.bump("forwarded");
+        stats.bump(Counter::Forwarded);
         let housekeeping = is_housekeeping(&bytes) || is_housekeeping(&entry.native);
-        let outbound = host.upstream.outbound(&config, native, &entry.path_and_query, &entry.headers);
+        let outbound = host.upstream.outbound(&config, native, &entry.path_and_query, &entry.headers, entry.encoded);
         let streamed = openai.get("stream").and_then(Value::as_bool).unwrap_or(false);
         // Translators read only these; the messages are not kept for the
         // length of the stream.

@@ -90,9 +90,79 @@ pub fn json_response(status: StatusCode, value: &serde_json::Value) -> Response<
 
 /// An OpenAI-shaped error response (`{"error":{code,message,type}}`), which
 /// SDKs and proxies parse.
-pub fn error_response(status: StatusCode, code: &str, message: &str) -> Response<Body> {
+pub fn error_response(code: ErrorCode, message: &str) -> Response<Body> {
+    error_with_status(code.status(), code, message)
+}
+
+/// A shimgate error JSON with a status other than the code's own (the
+/// demo's scripted providers answer as a provider would).
+pub fn error_with_status(status: StatusCode, code: ErrorCode, message: &str) -> Response<Body> {
     json_response(
         status,
-        &serde_json::json!({"error": {"code": code, "message": message, "type": "shimgate_error"}}),
+        &serde_json::json!({"error": {"code": code.as_str(), "message": message, "type": "shimgate_error"}}),
     )
+}
+
+/// The stable codes of the errors shimgate itself answers (the chain's
+/// failure codes, `RATE_LIMIT`, `AUTO_ROUTES_EXHAUSTED`, …, are
+/// `shimgate_shim_api::FailureCode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// Malformed JSON or an unreadable body (400).
+    BadRequest,
+    /// A body over `limits.max_body_bytes` (413).
+    RequestTooLarge,
+    /// A method the path does not take (405).
+    MethodNotAllowed,
+    /// A return-leg call for an unknown or expired rid (410).
+    RidGone,
+    /// `POST /reload` with a bad file (400).
+    ConfigInvalid,
+    /// The compression proxy failed after the return leg took the request (502).
+    CompressorFailed,
+    /// The compressor's upstream could not be reached (502).
+    UpstreamUnreachable,
+    /// The compressor's upstream did not answer in time (504).
+    UpstreamTimeout,
+    /// The shim has no routes (502).
+    NoRoutes,
+    /// shimgate is shutting down (503).
+    ShuttingDown,
+    /// A demo provider refused a request it was scripted to refuse.
+    DemoProviderRefused,
+}
+
+impl ErrorCode {
+    /// The stable upper-snake spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "BAD_REQUEST",
+            ErrorCode::RequestTooLarge => "REQUEST_TOO_LARGE",
+            ErrorCode::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            ErrorCode::RidGone => "RID_GONE",
+            ErrorCode::ConfigInvalid => "CONFIG_INVALID",
+            ErrorCode::CompressorFailed => "COMPRESSOR_FAILED",
+            ErrorCode::UpstreamUnreachable => "UPSTREAM_UNREACHABLE",
+            ErrorCode::UpstreamTimeout => "UPSTREAM_TIMEOUT",
+            ErrorCode::NoRoutes => "NO_ROUTES",
+            ErrorCode::ShuttingDown => "SHUTTING_DOWN",
+            ErrorCode::DemoProviderRefused => "DEMO_PROVIDER_REFUSED",
+        }
+    }
+
+    /// The HTTP status it answers with.
+    pub fn status(self) -> StatusCode {
+        match self {
+            ErrorCode::BadRequest | ErrorCode::ConfigInvalid => StatusCode::BAD_REQUEST,
+            ErrorCode::RequestTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ErrorCode::RidGone => StatusCode::GONE,
+            ErrorCode::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            ErrorCode::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::CompressorFailed
+            | ErrorCode::UpstreamUnreachable
+            | ErrorCode::NoRoutes
+            | ErrorCode::DemoProviderRefused => StatusCode::BAD_GATEWAY,
+        }
+    }
 }

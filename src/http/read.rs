@@ -3,11 +3,11 @@
 //! refused with 413 before it is buffered.
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
-use super::body::{self, Body};
+use super::body::{self, Body, ErrorCode};
 
 /// Why a request body could not be read.
 pub enum BodyError {
@@ -20,13 +20,11 @@ impl BodyError {
     pub fn into_response(self) -> Response<Body> {
         match self {
             BodyError::TooLarge(limit) => body::error_response(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "REQUEST_TOO_LARGE",
+                ErrorCode::RequestTooLarge,
                 &format!("request body is over the {limit}-byte limit (limits.max_body_bytes)"),
             ),
             BodyError::Broken(why) => body::error_response(
-                StatusCode::BAD_REQUEST,
-                "BAD_REQUEST",
+                ErrorCode::BadRequest,
                 &format!("could not read the request body: {why}"),
             ),
         }

@@ -4,12 +4,13 @@
 
 use std::sync::Arc;
 
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use hyper::body::Incoming;
 
 use crate::admin;
 use crate::app::App;
 use crate::host::{self, passthrough, Shims};
+use crate::http::body::ErrorCode;
 use crate::http::body::{self, Body};
 use crate::http::read::{content_length, read_body};
 
@@ -42,8 +43,7 @@ pub async fn handle(
         return match shim_of_rid.and_then(|name| shims.get(name)) {
             Some(h) => h.return_leg(app, rid, req).await,
             None => body::error_response(
-                StatusCode::GONE,
-                "RID_GONE",
+                ErrorCode::RidGone,
                 &format!(
                     "rid {rid} is unknown or expired (entries live 120 s, the newest 256 are kept)"
                 ),

@@ -1,26 +1,27 @@
 //! The listeners: one HTTP/1.1 server per enabled shim, TCP_NODELAY on every
-//! socket, and a graceful shutdown that lets streams finish within a grace
-//! period before ending them with a final error frame.
+//! socket, client limits (`conn`), and a graceful shutdown that closes idle
+//! connections at once and lets streams finish within a grace period before
+//! ending them with a final error frame.
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
 use crate::app::App;
-use crate::config::{Config, SHIM_NAMES};
+use crate::config::Config;
 use crate::host::{self, Shims};
 
+mod conn;
 mod dispatch;
+
+pub use conn::Connections;
 
 /// How long in-flight streams may run on after a shutdown signal before they
 /// are ended with a final error frame.
@@ -36,7 +37,10 @@ pub struct Running {
     addrs: BTreeMap<&'static str, SocketAddr>,
     accepting: CancellationToken,
     accept_loops: JoinSet<()>,
-    graceful: Arc<GracefulShutdown>,
+    /// Every client connection's task.
+    connections: TaskTracker,
+    /// Cancelled at shutdown: connections close once their request is done.
+    draining: CancellationToken,
 }
 
 impl Running {
@@ -50,19 +54,14 @@ impl Running {
         crate::admin::status::document(&self.app, &self.shims)
     }
 
-    /// Stops accepting, lets streams finish up to `grace`, then ends the
-    /// rest with a final error frame.
+    /// Stops accepting, closes idle connections at once, lets streams
+    /// finish up to `grace`, then ends the rest with a final error frame.
     pub async fn shutdown(mut self, grace: Duration) {
         self.accepting.cancel();
         while self.accept_loops.join_next().await.is_some() {}
-        let graceful = match Arc::try_unwrap(self.graceful) {
-            Ok(g) => g,
-            Err(_) => {
-                self.app.hard_stop.cancel();
-                return;
-            }
-        };
-        let in_flight = graceful.count();
+        self.connections.close();
+        self.draining.cancel();
+        let in_flight = self.connections.len();
         if in_flight > 0 {
             info!(
                 connections = in_flight,
@@ -70,12 +69,13 @@ impl Running {
                 "waiting for in-flight requests"
             );
         }
-        let done = graceful.shutdown();
-        tokio::pin!(done);
-        if tokio::time::timeout(grace, &mut done).await.is_err() {
+        if tokio::time::timeout(grace, self.connections.wait())
+            .await
+            .is_err()
+        {
             warn!("grace period over: ending the remaining streams with an error frame");
             self.app.hard_stop.cancel();
-            let _ = tokio::time::timeout(FLUSH_AFTER_HARD_STOP, &mut done).await;
+            let _ = tokio::time::timeout(FLUSH_AFTER_HARD_STOP, self.connections.wait()).await;
         }
     }
 }
@@ -87,16 +87,12 @@ pub async fn start(config: Config) -> Running {
     let shims = Arc::new(host::all());
     let config = app.config();
     let accepting = CancellationToken::new();
-    let graceful = Arc::new(GracefulShutdown::new());
+    let draining = CancellationToken::new();
+    let tracker = TaskTracker::new();
     let mut accept_loops = JoinSet::new();
     let mut addrs = BTreeMap::new();
-    for name in SHIM_NAMES {
-        let Some(shim) = config.shim(name) else {
-            continue;
-        };
-        if !shim.enabled {
-            continue;
-        }
+    for shim in config.shims.iter().filter(|s| s.enabled) {
+        let name = shim.name;
         let stats = app.shim_stats(name);
         match TcpListener::bind(shim.listen).await {
             Ok(listener) => {
@@ -107,13 +103,15 @@ pub async fn start(config: Config) -> Running {
                 if shim.routes.is_empty() {
                     info!(shim = name, "no routes are configured: calls this shim must send upstream get 502 NO_ROUTES");
                 }
+                let connections =
+                    Connections::new(config.client.clone(), tracker.clone(), draining.clone());
                 accept_loops.spawn(accept_loop(
                     app.clone(),
                     shims.clone(),
                     name,
                     listener,
                     accepting.clone(),
-                    graceful.clone(),
+                    connections,
                 ));
             }
             Err(e) => {
@@ -123,10 +121,7 @@ pub async fn start(config: Config) -> Running {
             }
         }
     }
-    if config.compressor.is_none()
-        && config.qoder.compressor.is_none()
-        && config.trae.compressor.is_none()
-    {
+    if config.compressor.is_none() && config.shims.iter().all(|s| s.compressor.is_none()) {
         info!("no compressor is configured: direct mode (requests go upstream uncompressed)");
     }
     Running {
@@ -135,7 +130,8 @@ pub async fn start(config: Config) -> Running {
         addrs,
         accepting,
         accept_loops,
-        graceful,
+        connections: tracker,
+        draining,
     }
 }
 
@@ -145,7 +141,7 @@ async fn accept_loop(
     shim: &'static str,
     listener: TcpListener,
     accepting: CancellationToken,
-    graceful: Arc<GracefulShutdown>,
+    connections: Connections,
 ) {
     loop {
         let accepted = tokio::select! {
@@ -163,19 +159,9 @@ async fn accept_loop(
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
         let (app, shims) = (app.clone(), shims.clone());
-        let service = service_fn(move |req| {
-            let (app, shims) = (app.clone(), shims.clone());
-            async move { Ok::<_, Infallible>(dispatch::handle(app, shims, shim, req).await) }
-        });
-        let conn = hyper::server::conn::http1::Builder::new()
-            .keep_alive(true)
-            .serve_connection(TokioIo::new(stream), service);
-        let watched = graceful.watch(conn);
-        tokio::spawn(async move {
-            // Connection errors are the peer's business (resets, bad HTTP).
-            let _ = watched.await;
+        connections.serve(stream, move |req| {
+            dispatch::handle(app.clone(), shims.clone(), shim, req)
         });
     }
 }

@@ -206,3 +206,30 @@ async fn a_trae_context_overflow_reaches_the_agent_and_bili_shrinks_the_next_tur
 async fn a_qoder_context_overflow_reaches_the_agent_and_bili_shrinks_the_next_turns() {
     overflow_then_shrink(Wire::Qoder).await;
 }
+
+#[tokio::test]
+async fn the_real_qoder_client_s_signed_conversation_is_compressed_by_the_real_billion_context() {
+    let Some(dir) = bili::bundle() else { return };
+    let s = stack(&dir, WINDOW).await;
+    let mut q = Conversation::new(Wire::Qoder, "conv-signed", "user-9").signed();
+    for n in 1..=18 {
+        let turn = q.turn(&s.gate.qoder).await;
+        assert_clean(&turn, &format!("signed qoder turn {n}"), &s);
+    }
+    let qs = &s.gate.status().await["qoderShim"];
+    assert!(qs["folded"].as_u64().unwrap() > 0, "{qs:#}");
+    let (first, saved) = first_fold(&q.turns, &s.qoder);
+    eprintln!("signed qoder: first fold on turn {first:?}, last turn saved {saved} chars");
+    assert!(saved > 0);
+    let refused: Vec<_> = s
+        .qoder
+        .seen()
+        .into_iter()
+        .flat_map(|r| r.problems)
+        .collect();
+    assert!(refused.is_empty(), "qoder refused {refused:?}");
+    assert!(
+        qs["codec"]["cosy"]["signed"].as_u64().unwrap() >= 18,
+        "{qs:#}"
+    );
+}

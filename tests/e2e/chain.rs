@@ -412,8 +412,8 @@ async fn a_port_in_use_shows_start_error_while_the_other_shim_serves() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let up = Upstream::always(Reply::json(200, r#"{"ok":1}"#)).await;
     let mut cfg = shimgate::config::Config::from_toml(&config(&[("r1", &up)], "")).unwrap();
-    cfg.qoder.listen = taken.local_addr().unwrap();
-    cfg.trae.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.shim_mut("qoder").unwrap().listen = taken.local_addr().unwrap();
+    cfg.shim_mut("trae").unwrap().listen = "127.0.0.1:0".parse().unwrap();
     let gate = Gate::start_config(cfg).await;
     assert!(gate.qoder.is_empty());
     let st = gate.status().await;

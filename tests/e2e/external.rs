@@ -18,8 +18,8 @@ fn config(shim: &str, compressor: &str, up: &Upstream) -> shimgate::config::Conf
         up.url()
     ))
     .unwrap();
-    cfg.qoder.listen = "127.0.0.1:0".parse().unwrap();
-    cfg.trae.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.shim_mut("qoder").unwrap().listen = "127.0.0.1:0".parse().unwrap();
+    cfg.shim_mut("trae").unwrap().listen = "127.0.0.1:0".parse().unwrap();
     cfg
 }
 

@@ -509,8 +509,8 @@ async fn the_exec_codec_signs_every_attempt_anew() {
     assert_eq!(signatures.len(), 2, "each attempt is signed afresh");
     assert_eq!(
         request_ids.len(),
-        1,
-        "a retry keeps the rebuilt request's id"
+        2,
+        "every attempt carries a fresh ask request_id (qoder refuses a reused one with 103)"
     );
     let codec = &gate.status().await["qoderShim"]["codec"];
     assert_eq!(codec["kind"], "exec");

@@ -318,8 +318,8 @@ async fn prompt_too_long_4022_reaches_the_agent_as_its_own_error_without_switchi
 async fn a_trae_port_in_use_shows_start_error_while_qoder_serves() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let mut cfg = shimgate::config::Config::default();
-    cfg.trae.listen = taken.local_addr().unwrap();
-    cfg.qoder.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.shim_mut("trae").unwrap().listen = taken.local_addr().unwrap();
+    cfg.shim_mut("qoder").unwrap().listen = "127.0.0.1:0".parse().unwrap();
     let gate = Gate::start_config(cfg).await;
     let st = gate.status().await;
     assert!(st["traeShim"]["startError"]

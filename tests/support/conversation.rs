@@ -9,7 +9,7 @@ use shimgate_testkit::trae::{digest, End};
 
 use super::client;
 use super::model::{content_chars, Wire};
-use super::{qoder, trae};
+use super::{cosy_check, qoder, trae};
 
 /// One turn as the agent saw it.
 #[derive(Debug, Clone)]
@@ -29,6 +29,9 @@ pub struct Turn {
 /// One agent conversation.
 pub struct Conversation {
     pub wire: Wire,
+    /// qoder only: send as the real client does (`Encode=1` body, COSY
+    /// signature) instead of the plaintext ask.
+    pub signed: bool,
     session: String,
     credential: String,
     messages: Vec<Value>,
@@ -41,6 +44,7 @@ impl Conversation {
     pub fn new(wire: Wire, session: &str, credential: &str) -> Conversation {
         let mut c = Conversation {
             wire,
+            signed: false,
             session: session.into(),
             credential: credential.into(),
             messages: Vec::new(),
@@ -59,6 +63,12 @@ impl Conversation {
             Wire::Trae => trae::text(role, text),
             Wire::Qoder | Wire::OpenAi => json!({"role": role, "content": text}),
         });
+    }
+
+    /// The same conversation as the real qoder client sends it.
+    pub fn signed(mut self) -> Conversation {
+        self.signed = true;
+        self
     }
 
     /// Sends one more turn to the shim listener at `base`.
@@ -120,15 +130,34 @@ impl Conversation {
     }
 
     async fn qoder_turn(&self, base: &str, sent_chars: usize) -> Turn {
+        let ask = serde_json::to_vec(&qoder::ask(&self.messages)).unwrap();
+        let mut headers: Vec<(String, String)> = vec![
+            ("content-type".into(), "application/json".into()),
+            ("cosy-user".into(), self.credential.clone()),
+            ("x-session-id".into(), self.session.clone()),
+        ];
+        let body = if self.signed {
+            let encoded = cosy_check::encode(&ask);
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs();
+            let id = format!("{:032x}", fastrand::u128(..));
+            headers = cosy_check::client_headers(&self.credential, &id, &encoded, qoder::PATH, now);
+            headers.push(("x-session-id".into(), self.session.clone()));
+            encoded
+        } else {
+            ask
+        };
+        let pairs: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
         let resp = client::send(
             Method::POST,
             &format!("{base}{}", qoder::PATH),
-            &[
-                ("content-type", "application/json"),
-                ("cosy-user", &self.credential),
-                ("x-session-id", &self.session),
-            ],
-            serde_json::to_vec(&qoder::ask(&self.messages)).unwrap(),
+            &pairs,
+            body,
         )
         .await;
         let (text, done, errors) = qoder::read_answer(&resp.body);

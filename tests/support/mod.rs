@@ -6,6 +6,7 @@ pub mod bili;
 pub mod bin;
 pub mod client;
 pub mod conversation;
+pub mod cosy_check;
 pub mod external;
 pub mod model;
 pub mod proxy;
@@ -13,7 +14,6 @@ pub mod qoder;
 pub mod trae;
 pub mod upstream;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use shimgate::config::Config;
@@ -24,6 +24,8 @@ pub struct Gate {
     pub running: Option<Running>,
     pub qoder: String,
     pub trae: String,
+    /// The test-only OpenAI shim's listener (empty unless enabled).
+    pub openai: String,
 }
 
 impl Gate {
@@ -31,9 +33,7 @@ impl Gate {
     /// replaced by port 0).
     pub async fn start(toml: &str) -> Gate {
         let mut config = Config::from_toml(toml).expect("test config");
-        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        config.qoder.listen = any;
-        config.trae.listen = any;
+        config.listen_on_free_ports();
         Gate::start_config(config).await
     }
 
@@ -53,6 +53,7 @@ impl Gate {
         Gate {
             qoder: url("qoder"),
             trae: url("trae"),
+            openai: url("openai"),
             running: Some(running),
         }
     }
@@ -63,9 +64,7 @@ impl Gate {
     pub fn use_compressor(&self, compressor: &str, base: &str) {
         let mut cfg =
             Config::from_toml(&format!("[compressor]\nurl = \"{compressor}\"\n{base}")).unwrap();
-        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        cfg.qoder.listen = any;
-        cfg.trae.listen = any;
+        cfg.listen_on_free_ports();
         self.running.as_ref().unwrap().app.replace_config(cfg);
     }
 
@@ -77,10 +76,10 @@ impl Gate {
         options: proxy::Options,
     ) -> (Gate, proxy::TestProxy) {
         let gate = Gate::start(base).await;
-        let listener = if shim == "qoder" {
-            gate.qoder.clone()
-        } else {
-            gate.trae.clone()
+        let listener = match shim {
+            "qoder" => gate.qoder.clone(),
+            "openai" => gate.openai.clone(),
+            _ => gate.trae.clone(),
         };
         let test_proxy = proxy::TestProxy::start(listener, options).await;
         gate.use_compressor(&test_proxy.url(), base);

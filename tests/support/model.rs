@@ -7,12 +7,14 @@
 //! first offered range. It can be told to refuse the next request as too
 //! long for its window (`overflow_next`), in its wire's own words.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 use shimgate_testkit::openai::{frame, Chunks, DONE};
 
+use super::cosy_check;
 use super::qoder;
 use super::upstream::{Recorded, Reply, Upstream};
 
@@ -44,6 +46,16 @@ pub struct Model {
     pub upstream: Upstream,
     seen: Arc<Mutex<Vec<Seen>>>,
     overflow: Arc<AtomicBool>,
+    /// Answers given, once each, before the model answers again (after the
+    /// request passed the provider's checks).
+    scripted: Arc<Mutex<std::collections::VecDeque<Reply>>>,
+}
+
+/// The ids a qoder upstream has seen: it refuses a reused one with 103.
+#[derive(Default)]
+struct SeenIds {
+    ask: HashSet<String>,
+    payload: HashSet<String>,
 }
 
 /// The window the model names when it refuses a request as too long.
@@ -54,12 +66,32 @@ impl Model {
     pub async fn start(wire: Wire) -> Model {
         let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
         let overflow = Arc::new(AtomicBool::new(false));
-        let (s, o) = (seen.clone(), overflow.clone());
-        let upstream = Upstream::start(move |r, n| answer(wire, r, n, &s, &o)).await;
+        let ids: Arc<Mutex<SeenIds>> = Arc::default();
+        let scripted: Arc<Mutex<std::collections::VecDeque<Reply>>> = Arc::default();
+        let (s, o, q) = (seen.clone(), overflow.clone(), scripted.clone());
+        let upstream = Upstream::start(move |r, n| {
+            let body = match qoder_checks(wire, r, &ids) {
+                Ok(body) => body,
+                Err(refusal) => {
+                    s.lock().unwrap().push(Seen {
+                        chars: 0,
+                        messages: 0,
+                        compressed: false,
+                        overflowed: false,
+                        problems: vec![refusal.clone()],
+                    });
+                    return Reply::json(403, &refusal);
+                }
+            };
+            let reply = answer(wire, r, &body, n, &s, &o);
+            q.lock().unwrap().pop_front().unwrap_or(reply)
+        })
+        .await;
         Model {
             upstream,
             seen,
             overflow,
+            scripted,
         }
     }
 
@@ -73,20 +105,79 @@ impl Model {
         self.seen.lock().unwrap().clone()
     }
 
+    /// Answer the next request with `reply` (it is still checked and
+    /// recorded as the provider would).
+    pub fn answer_next_with(&self, reply: Reply) {
+        self.scripted.lock().unwrap().push_back(reply);
+    }
+
     /// Refuse the next request as longer than the window.
     pub fn overflow_next(&self) {
         self.overflow.store(true, Ordering::SeqCst);
     }
 }
 
+/// What qoder checks before it answers: an `Encode=1` body decodes and its
+/// COSY signature verifies (`101 Signature invalid` otherwise); neither the
+/// payload `requestId` nor the ask `request_id` was seen before (`103
+/// Duplicate request`). The ask on success, the refusal body otherwise.
+fn qoder_checks(wire: Wire, r: &Recorded, ids: &Mutex<SeenIds>) -> Result<Value, String> {
+    if wire != Wire::Qoder {
+        return Ok(r.json());
+    }
+    let refuse =
+        |code: &str, message: String| json!({"code": code, "message": message}).to_string();
+    let ask = if r.body.first() == Some(&b'{') {
+        r.json()
+    } else {
+        let headers: http::HeaderMap = r
+            .headers
+            .iter()
+            .filter_map(|(k, v)| Some((k.parse::<http::HeaderName>().ok()?, v.parse().ok()?)))
+            .collect();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let signed = cosy_check::verify(&headers, &r.body, &r.path, now, 300)
+            .map_err(|e| refuse("101", e))?;
+        if !ids
+            .lock()
+            .unwrap()
+            .payload
+            .insert(signed.payload_request_id.clone())
+        {
+            return Err(refuse(
+                "103",
+                format!(
+                    "Duplicate request (requestId {})",
+                    signed.payload_request_id
+                ),
+            ));
+        }
+        let plain = cosy_check::decode(&r.body)
+            .ok_or_else(|| refuse("101", "the body does not decode".into()))?;
+        serde_json::from_slice(&plain)
+            .map_err(|e| refuse("400", format!("the ask is not JSON: {e}")))?
+    };
+    let id = ask["request_id"].as_str().unwrap_or_default().to_owned();
+    if !ids.lock().unwrap().ask.insert(id.clone()) {
+        return Err(refuse(
+            "103",
+            format!("Duplicate request (request_id {id})"),
+        ));
+    }
+    Ok(ask)
+}
+
 fn answer(
     wire: Wire,
     r: &Recorded,
+    body: &Value,
     n: usize,
     seen: &Mutex<Vec<Seen>>,
     overflow: &AtomicBool,
 ) -> Reply {
-    let body = r.json();
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let chars = content_chars(&messages);
     let prompt_tokens = (chars / 4) as u64;
@@ -95,7 +186,7 @@ fn answer(
         messages: messages.len(),
         compressed: false,
         overflowed: false,
-        problems: problems(wire, r),
+        problems: problems(wire, r, body),
     };
     let reply = if overflow.swap(false, Ordering::SeqCst) {
         record.overflowed = true;
@@ -120,11 +211,10 @@ fn answer(
 }
 
 /// What the real provider would refuse in a request.
-fn problems(wire: Wire, r: &Recorded) -> Vec<String> {
+fn problems(wire: Wire, r: &Recorded, b: &Value) -> Vec<String> {
     match wire {
         Wire::Trae => super::trae::check_request(r),
         Wire::Qoder => {
-            let b = r.json();
             let mut bad = Vec::new();
             if !b["request_id"].is_string() || !b["business"].is_object() {
                 bad.push("the ask lost request_id or business".into());

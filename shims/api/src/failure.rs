@@ -199,6 +199,9 @@ const CONTEXT_WORDS: &[&str] = &[
     "input is too long",
 ];
 
+/// A reused request id (qoder: `403 {"code":"103","message":"Duplicate request"}`).
+const DUPLICATE_WORDS: &[&str] = &["duplicate request"];
+
 const UNSUPPORTED_WORDS: &[&str] = &["unsupported", "not supported", "does not support"];
 
 fn mentions(body: &str, words: &[&str]) -> bool {
@@ -214,9 +217,11 @@ pub fn classify_http(status: u16, body: &str) -> FailureCode {
         402 => FailureCode::Quota,
         401 | 403 if quota => FailureCode::Quota,
         401 | 403 if rate => FailureCode::RateLimit,
+        401 | 403 if mentions(body, DUPLICATE_WORDS) => FailureCode::Duplicate,
         401 | 403 => FailureCode::Auth,
         429 if quota => FailureCode::Quota,
         429 => FailureCode::RateLimit,
+        400..=499 if mentions(body, DUPLICATE_WORDS) => FailureCode::Duplicate,
         408 => FailureCode::Timeout,
         400 | 413 if mentions(body, CONTEXT_WORDS) => FailureCode::ContextWindowExceeded,
         400..=499 if quota => FailureCode::Quota,
@@ -282,6 +287,14 @@ mod tests {
             FailureCode::ContextWindowExceeded
         );
         assert_eq!(classify_http(400, "bad field"), FailureCode::Unsupported);
+    }
+
+    #[test]
+    fn a_reused_request_id_is_a_duplicate_not_auth() {
+        assert_eq!(
+            classify_http(403, r#"{"code":"103","message":"Duplicate request"}"#),
+            FailureCode::Duplicate
+        );
     }
 
     #[test]

@@ -44,19 +44,53 @@ impl std::error::Error for ShimError {}
 /// Every hook is pure: bytes and JSON in, bytes and JSON out.
 pub trait Shim: Send + Sync + 'static {
     /// What the runtime keeps under a rid between the ingress and the return
-    /// leg (the native body, parsed).
-    type Original: Send + Sync + 'static;
+    /// leg (the native body, parsed). Its default (an empty original) is
+    /// what `shimgate translate` hands the ingress translator offline.
+    type Original: Send + Sync + Default + 'static;
     /// Return leg: native upstream SSE to bare OpenAI SSE.
     type ReturnLeg: StreamTranslator;
     /// Ingress: bare OpenAI SSE (as the proxy relays it) to the agent's wire.
     type Ingress: StreamTranslator;
 
-    /// The shim's name: the return-leg path segment and the `/status` key.
-    fn name(&self) -> &'static str;
+    /// The shim's name: its config section (`[shims.NAME]`), the return-leg
+    /// path segment, the `/status` key (`NAMEShim`) and the metric label.
+    const NAME: &'static str;
+
+    /// Its listener when the config names none.
+    const DEFAULT_LISTEN: &'static str;
+
+    /// Whether it listens when the config does not say (`enabled`).
+    const ENABLED_BY_DEFAULT: bool = true;
+
+    /// Whether its rebuilt request goes upstream through a codec the user
+    /// picks (`[shims.NAME] codec`: `plain`, `exec`, `cosy`), as qoder's
+    /// encoded, signed asks do. Default: the body is sent as is.
+    const CODEC: bool = false;
+
+    /// The `/status` name of the count of frames rebuilt for the agent
+    /// (`returnLeg.<key>`). Default: `agentFrames`.
+    const AGENT_FRAMES_KEY: &'static str = "agentFrames";
+
+    /// [`Shim::NAME`], for callers holding a value.
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
 
     /// Whether a request is the inference call the ingress takes over
     /// (everything else passes through untouched).
     fn is_inference(&self, method: &str, path: &str) -> bool;
+
+    /// The request body as [`Shim::fold`] reads it, for a body the agent
+    /// sent in a transport encoding (qoder's `Encode=1`). `Ok(None)`: the
+    /// body is read as it is; `Ok(Some(decoded))`: fold reads `decoded`
+    /// and the runtime encodes the rebuilt request again on the way up;
+    /// `Err`: the body claims an encoding it does not have (the runtime
+    /// passes the request through untouched, with the reason in
+    /// `lastError`). Default: `Ok(None)`.
+    fn decode(&self, path_and_query: &str, body: &[u8]) -> Result<Option<Vec<u8>>, ShimError> {
+        let _ = (path_and_query, body);
+        Ok(None)
+    }
 
     /// Folds the native request body into an OpenAI chat body.
     fn fold(&self, native: &[u8]) -> Result<Folded<Self::Original>, ShimError>;

@@ -34,7 +34,7 @@ pub const DEFAULT_MODEL: &str = "auto";
 
 /// The ask the agent sent, kept under a rid until the return leg rebuilds
 /// it (the runtime's `Shim::Original`).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct OriginalAsk {
     ask: Map<String, Value>,
     system_folded: bool,
@@ -222,6 +222,16 @@ fn rebuild_parameters(ask: &mut Map<String, Value>, body: &Map<String, Value>) {
     if had_parameters || !parameters.is_empty() {
         ask.insert("parameters".into(), Value::Object(parameters));
     }
+}
+
+/// The ask with a fresh `request_id` (and `chat_record_id` where it
+/// equalled it), every other byte of meaning unchanged: for a second
+/// attempt of the same ask, which qoder would refuse with 103 otherwise.
+pub fn with_fresh_ids(ask: &[u8]) -> Result<Vec<u8>, ShimError> {
+    let mut map: Map<String, Value> = serde_json::from_slice(ask)
+        .map_err(|e| ShimError::new(format!("the ask is not a JSON object: {e}")))?;
+    renew_ids(&mut map);
+    serde_json::to_vec(&map).map_err(|e| ShimError::new(e.to_string()))
 }
 
 fn renew_ids(ask: &mut Map<String, Value>) {

@@ -49,14 +49,30 @@ impl Shim for QoderShim {
     type ReturnLeg = QoderReturnLeg;
     type Ingress = QoderIngress;
 
-    fn name(&self) -> &'static str {
-        NAME
-    }
+    const NAME: &'static str = NAME;
+    const DEFAULT_LISTEN: &'static str = "127.0.0.1:47001";
+    const CODEC: bool = true;
 
     /// `POST` on [`INFERENCE_PATH`]; `path` may carry a query string.
     fn is_inference(&self, method: &str, path: &str) -> bool {
         let path = path.split(['?', '#']).next().unwrap_or_default();
         method.eq_ignore_ascii_case("POST") && path == INFERENCE_PATH
+    }
+
+    /// An `Encode=1` request whose body is not already the plaintext ask
+    /// (a JSON object, which clients that hand it over before encoding
+    /// send, whatever the query says) is decoded to the ask.
+    fn decode(&self, path_and_query: &str, body: &[u8]) -> Result<Option<Vec<u8>>, ShimError> {
+        let plaintext = body
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            .is_some_and(|b| *b == b'{');
+        if plaintext || !cosy::is_encoded(path_and_query) {
+            return Ok(None);
+        }
+        codec::decode_body(body)
+            .map(Some)
+            .map_err(|e| ShimError::new(format!("an Encode=1 body that does not decode: {e}")))
     }
 
     fn fold(&self, native: &[u8]) -> Result<Folded<OriginalAsk>, ShimError> {

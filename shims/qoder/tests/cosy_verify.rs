@@ -1,129 +1,19 @@
-//! An independent check of `cosy::resign`: [`verify`] re-implements the
-//! published COSY rule (wires.md §2.2) from scratch, calling nothing of the
-//! crate's signer, so a slip shared by the signer and its unit tests still
-//! shows here. It is written to become the scripted upstream's checker.
+//! An independent check of `cosy::resign`: `cosy_check::verify`
+//! re-implements the published COSY rule (wires.md §2.2) from scratch,
+//! calling nothing of the crate's signer, so a slip shared by the signer and
+//! its unit tests still shows here. The same checker runs in the scripted
+//! qoder upstream of the end-to-end tests.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../../../tests/support/cosy_check.rs"]
+mod cosy_check;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
+use cosy_check::{verify, VerifiedCosy, SIGNATURE_INVALID};
 use http::{HeaderMap, HeaderValue};
-use md5::{Digest, Md5};
+
 use serde_json::{Map, Value};
-
-/// What a request signed by the published COSY rule carried.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VerifiedCosy {
-    /// The payload's `requestId`.
-    pub payload_request_id: String,
-    /// `Cosy-Date`, unix seconds.
-    pub date: u64,
-}
-
-/// qoder's answer to a signature it does not accept.
-pub const SIGNATURE_INVALID: &str = "101 Signature invalid";
-
-/// Checks one request as qoder would: `Authorization: Bearer
-/// COSY.<payloadB64>.<sig>` with `sig = lowerhex(MD5(payloadB64 LF
-/// Cosy-Key LF Cosy-Date LF body LF path))`, the path without its query
-/// and without a leading `/algo`; `Cosy-Date` within `max_skew_s` of
-/// `now_unix`; `Cosy-Bodyhash`/`Cosy-Bodylength`, when sent, matching the
-/// body; a payload that is base64 JSON with a string `requestId`.
-pub fn verify(
-    headers: &HeaderMap,
-    body: &[u8],
-    path_and_query: &str,
-    now_unix: u64,
-    max_skew_s: u64,
-) -> Result<VerifiedCosy, String> {
-    let invalid = |why: &str| format!("{SIGNATURE_INVALID}: {why}");
-    let text = |name: &str| -> Result<&str, String> {
-        headers
-            .get(name)
-            .ok_or_else(|| invalid(&format!("no {name}")))?
-            .to_str()
-            .map_err(|_| invalid(&format!("{name} is not text")))
-    };
-    let token = text("authorization")?
-        .strip_prefix("Bearer COSY.")
-        .ok_or_else(|| invalid("not a COSY bearer token"))?;
-    let (payload_b64, signature) = token
-        .split_once('.')
-        .ok_or_else(|| invalid("no signature in the token"))?;
-    let key = headers
-        .get("cosy-key")
-        .ok_or_else(|| invalid("no cosy-key"))?
-        .as_bytes();
-    let date_text = text("cosy-date")?;
-    let date: u64 = date_text
-        .parse()
-        .map_err(|_| invalid("Cosy-Date is not unix seconds"))?;
-    let skew = now_unix.abs_diff(date);
-    if skew > max_skew_s {
-        return Err(invalid(&format!(
-            "Cosy-Date {date} is {skew} s off the server clock (more than {max_skew_s} s)"
-        )));
-    }
-
-    let path = path_and_query.split('?').next().unwrap_or_default();
-    let path = match path.strip_prefix("/algo") {
-        Some("") => "/",
-        Some(rest) if rest.starts_with('/') => rest,
-        _ => path,
-    };
-    let mut message = Vec::new();
-    for (i, field) in [
-        payload_b64.as_bytes(),
-        key,
-        date_text.as_bytes(),
-        body,
-        path.as_bytes(),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        if i > 0 {
-            message.push(b'\n');
-        }
-        message.extend_from_slice(field);
-    }
-    let expected: String = Md5::digest(&message)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    if signature != expected {
-        return Err(invalid("signature does not match"));
-    }
-
-    if let Some(hash) = headers.get("cosy-bodyhash") {
-        let body_md5: String = Md5::digest(body)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        if hash.as_bytes() != body_md5.as_bytes() {
-            return Err(invalid("Cosy-Bodyhash does not match the body"));
-        }
-    }
-    if let Some(length) = headers.get("cosy-bodylength") {
-        if length.as_bytes() != body.len().to_string().as_bytes() {
-            return Err(invalid("Cosy-Bodylength does not match the body"));
-        }
-    }
-
-    let payload = STANDARD
-        .decode(payload_b64)
-        .map_err(|_| invalid("payload is not base64"))?;
-    let payload: Value =
-        serde_json::from_slice(&payload).map_err(|_| invalid("payload is not JSON"))?;
-    let payload_request_id = payload
-        .get("requestId")
-        .and_then(Value::as_str)
-        .ok_or_else(|| invalid("payload has no requestId"))?
-        .to_owned();
-    Ok(VerifiedCosy {
-        payload_request_id,
-        date,
-    })
-}
 
 use shimgate_shim_qoder::ask::fresh_uuid;
 use shimgate_shim_qoder::codec::encode_body;
@@ -278,4 +168,26 @@ fn every_attempt_verifies_with_its_own_id() {
         })
         .collect();
     assert!(ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2]);
+}
+
+#[test]
+fn the_test_encoding_and_client_signature_agree_with_the_published_rule() {
+    let ask = br#"{"request_id":"r-1","messages":[]}"#;
+    let encoded = cosy_check::encode(ask);
+    assert_eq!(encoded, encode_body(ask), "one body encoding");
+    assert_eq!(cosy_check::decode(&encoded).unwrap(), ask);
+    let headers: HeaderMap = cosy_check::client_headers("u-1", "req-1", &encoded, PATH, NOW)
+        .into_iter()
+        .map(|(k, v)| {
+            (
+                k.parse::<http::HeaderName>().unwrap(),
+                v.parse::<HeaderValue>().unwrap(),
+            )
+        })
+        .collect();
+    let ok = verify(&headers, &encoded, PATH, NOW, SKEW).unwrap();
+    assert_eq!(ok.payload_request_id, "req-1");
+    let resigned = resign(&headers, &encoded, PATH, NOW + 5, &fresh_uuid()).unwrap();
+    let again = verify(&resigned, &encoded, PATH, NOW + 5, SKEW).unwrap();
+    assert_ne!(again.payload_request_id, "req-1");
 }

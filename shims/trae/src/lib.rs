@@ -48,9 +48,9 @@ impl Shim for TraeShim {
     type ReturnLeg = ToOpenAi;
     type Ingress = ToSolo;
 
-    fn name(&self) -> &'static str {
-        "trae"
-    }
+    const NAME: &'static str = "trae";
+    const DEFAULT_LISTEN: &'static str = "127.0.0.1:47011";
+    const AGENT_FRAMES_KEY: &'static str = "soloFrames";
 
     /// `POST /api/agent/v3/llm_utils_chat`, with or without a query.
     fn is_inference(&self, method: &str, path: &str) -> bool {

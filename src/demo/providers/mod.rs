@@ -20,6 +20,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::http::body::ErrorCode;
 use crate::http::body::{self, Body, ChannelBody};
 use crate::http::read::read_body;
 
@@ -168,7 +169,7 @@ async fn serve(script: Script, log: Arc<Log>, req: Request<Incoming>) -> Respons
     match script(&log, &parts, &bytes) {
         Reply::Refuse(status, why) => {
             log.problem(why.clone());
-            body::error_response(status, "DEMO_PROVIDER_REFUSED", &why)
+            body::error_with_status(status, ErrorCode::DemoProviderRefused, &why)
         }
         Reply::Stream { frames, hold } => {
             log.answered.fetch_add(1, Ordering::Relaxed);

@@ -1,8 +1,14 @@
 //! How a shim's native request becomes an upstream request: trae sends the
 //! restored body with the agent's own headers; qoder runs the rebuilt ask
-//! through its codec (`plain`: the JSON as is; `exec`: the co-process).
+//! through its codec, afresh for every attempt (`plain`: the JSON as is;
+//! `exec`: a co-process; `cosy`: qoder's body encoding and the COSY
+//! signature, re-made by the published rule — what a request that arrived
+//! encoded always gets). Every attempt after the first carries a fresh ask
+//! `request_id`: qoder refuses a reused one with 103.
 
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
@@ -10,6 +16,7 @@ use http::{HeaderMap, Method, Request};
 use http_body_util::Full;
 use serde_json::{json, Value};
 use shimgate_shim_api::{Failure, FailureCode};
+use shimgate_shim_qoder::{ask, codec, cosy};
 
 mod exec;
 
@@ -28,6 +35,7 @@ pub trait Upstreaming: Send + Sync + 'static {
         native: Bytes,
         path_and_query: &str,
         headers: &HeaderMap,
+        encoded: bool,
     ) -> Arc<dyn Outbound>;
 
     /// What `/status` shows of it.
@@ -58,6 +66,7 @@ impl Upstreaming for DirectJson {
         native: Bytes,
         path_and_query: &str,
         agent: &HeaderMap,
+        _encoded: bool,
     ) -> Arc<dyn Outbound> {
         Arc::new(json_post(native, path_and_query, agent))
     }
@@ -67,13 +76,36 @@ impl Upstreaming for DirectJson {
     }
 }
 
-/// qoder: the configured codec.
-#[derive(Default)]
-pub struct QoderCodec {
+/// The codec `[shims.NAME] codec` names (for shims with `Shim::CODEC`,
+/// i.e. qoder).
+pub struct ConfiguredCodec {
+    shim: &'static str,
     exec: Mutex<Option<Arc<ExecCodec>>>,
+    cosy: Arc<CosyStats>,
 }
 
-impl QoderCodec {
+/// What `/status` shows of the `cosy` codec.
+#[derive(Debug, Default)]
+struct CosyStats {
+    signed: AtomicU64,
+    refused: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+impl ConfiguredCodec {
+    /// The codec of the shim called `shim`.
+    pub fn new(shim: &'static str) -> Self {
+        ConfiguredCodec {
+            shim,
+            exec: Mutex::default(),
+            cosy: Arc::default(),
+        }
+    }
+
+    fn codec<'c>(&self, config: &'c Config) -> &'c Codec {
+        config.shim(self.shim).map_or(&Codec::Plain, |s| &s.codec)
+    }
+
     fn exec_for(&self, command: &[String]) -> Arc<ExecCodec> {
         let mut slot = self.exec.lock().unwrap_or_else(|p| p.into_inner());
         match slot.as_ref() {
@@ -89,45 +121,176 @@ impl QoderCodec {
     }
 }
 
-impl Upstreaming for QoderCodec {
+impl Upstreaming for ConfiguredCodec {
     fn outbound(
         &self,
         config: &Config,
         native: Bytes,
         path_and_query: &str,
         agent: &HeaderMap,
+        encoded: bool,
     ) -> Arc<dyn Outbound> {
-        match &config.qoder.codec {
-            Codec::Plain => Arc::new(json_post(native, path_and_query, agent)),
+        let ask = FreshAsk::new(native);
+        let codec = if encoded {
+            &Codec::Cosy
+        } else {
+            self.codec(config)
+        };
+        match codec {
+            Codec::Plain => Arc::new(PlainOutbound {
+                ask,
+                path: path_and_query.to_string(),
+                headers: json_post(Bytes::new(), path_and_query, agent).headers,
+            }),
             Codec::Exec(command) => Arc::new(ExecOutbound {
                 codec: self.exec_for(command),
-                ask: serde_json::from_slice(&native).unwrap_or(Value::Null),
+                ask,
                 path: path_and_query.to_string(),
+            }),
+            Codec::Cosy => Arc::new(CosyOutbound {
+                ask,
+                path: path_and_query.to_string(),
+                signer: cosy::CosyRequest::parse(&headers::for_upstream(agent))
+                    .map_err(|e| format!("the request's COSY headers: {e}")),
+                stats: self.cosy.clone(),
             }),
         }
     }
 
     fn status(&self, config: &Config) -> Value {
-        match &config.qoder.codec {
-            Codec::Plain => json!({"kind": "plain"}),
+        let c = &self.cosy;
+        let cosy = json!({
+            "signed": c.signed.load(Ordering::Relaxed),
+            "refused": c.refused.load(Ordering::Relaxed),
+            "lastError": *c.last_error.lock().unwrap_or_else(|p| p.into_inner()),
+        });
+        let mut v = match self.codec(config) {
             Codec::Exec(command) => self.exec_for(command).status(),
+            other => json!({"kind": other.kind()}),
+        };
+        v["cosy"] = cosy;
+        v
+    }
+}
+
+/// An ask as it goes to each attempt: as the return leg (or the agent)
+/// wrote it for the first, with fresh ids for every later one.
+struct FreshAsk {
+    first: Bytes,
+    attempts: AtomicU32,
+}
+
+impl FreshAsk {
+    fn new(first: Bytes) -> Self {
+        FreshAsk {
+            first,
+            attempts: AtomicU32::new(0),
         }
     }
+
+    fn for_attempt(&self) -> Result<Bytes, Failure> {
+        if self.attempts.fetch_add(1, Ordering::Relaxed) == 0 {
+            return Ok(self.first.clone());
+        }
+        ask::with_fresh_ids(&self.first)
+            .map(Bytes::from)
+            .map_err(|e| Failure::new(FailureCode::Codec, e.to_string()))
+    }
+}
+
+/// The ask JSON as is, with the agent's headers.
+struct PlainOutbound {
+    ask: FreshAsk,
+    path: String,
+    headers: HeaderMap,
+}
+
+impl Outbound for PlainOutbound {
+    fn request<'a>(&'a self, route: &'a Route) -> OutboundFuture<'a> {
+        Box::pin(async move {
+            let body = self.ask.for_attempt()?;
+            post(route, &self.path, self.headers.clone(), body)
+        })
+    }
+}
+
+/// The ask in qoder's body encoding, signed anew by the published COSY
+/// rule: fresh payload `requestId`, the current `Cosy-Date`.
+struct CosyOutbound {
+    ask: FreshAsk,
+    path: String,
+    signer: Result<cosy::CosyRequest, String>,
+    stats: Arc<CosyStats>,
+}
+
+impl CosyOutbound {
+    fn refuse(&self, why: String) -> Failure {
+        self.stats.refused.fetch_add(1, Ordering::Relaxed);
+        *self
+            .stats
+            .last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+        Failure::new(FailureCode::Codec, why)
+    }
+}
+
+impl Outbound for CosyOutbound {
+    fn request<'a>(&'a self, route: &'a Route) -> OutboundFuture<'a> {
+        Box::pin(async move {
+            let signer = self.signer.as_ref().map_err(|e| self.refuse(e.clone()))?;
+            let body = codec::encode_body(&self.ask.for_attempt()?);
+            let now = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let mut headers = signer
+                .headers_for(&body, &self.path, now, &ask::fresh_uuid())
+                .map_err(|e| self.refuse(format!("cannot sign the request: {e}")))?;
+            headers.remove(header::CONTENT_LENGTH);
+            self.stats.signed.fetch_add(1, Ordering::Relaxed);
+            post(route, &self.path, headers, Bytes::from(body))
+        })
+    }
+}
+
+/// A POST of `body` to the route's base URL + `path`.
+fn post(
+    route: &Route,
+    path: &str,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Request<Full<Bytes>>, Failure> {
+    let uri = format!("{}{path}", route.url);
+    let mut req = Request::builder()
+        .method(Method::POST)
+        .uri(&uri)
+        .body(Full::new(body))
+        .map_err(|e| {
+            Failure::new(
+                FailureCode::Unsupported,
+                format!("bad upstream URL {uri}: {e}"),
+            )
+        })?;
+    *req.headers_mut() = headers;
+    Ok(req)
 }
 
 /// One rebuilt ask, encoded by the co-process afresh for every attempt.
 struct ExecOutbound {
     codec: Arc<ExecCodec>,
-    ask: Value,
+    ask: FreshAsk,
     path: String,
 }
 
 impl Outbound for ExecOutbound {
     fn request<'a>(&'a self, route: &'a Route) -> OutboundFuture<'a> {
         Box::pin(async move {
+            let ask: Value = serde_json::from_slice(&self.ask.for_attempt()?).map_err(|e| {
+                Failure::new(FailureCode::Codec, format!("the ask is not JSON: {e}"))
+            })?;
             let encoded = self
                 .codec
-                .encode(&self.ask, route, &self.path)
+                .encode(&ask, route, &self.path)
                 .await
                 .map_err(|e| Failure::new(FailureCode::Codec, e))?;
             let mut req = Request::builder()

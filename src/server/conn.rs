@@ -1,0 +1,246 @@
+//! Client connections: each served by hyper's HTTP/1.1 server in a task of
+//! its own, with the limits a loopback gateway next to a long-running
+//! agent needs (DESIGN §7): a request head must arrive within the
+//! header-read timeout (slowloris), a connection with no request in flight
+//! is closed after the idle timeout, at most `max_connections` are open
+//! per listener (beyond that a new one gets `503` at once), and shutdown
+//! closes idle connections at once while streams in flight get a grace
+//! period.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::{Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpStream;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::warn;
+
+use crate::config::ClientLimits;
+use crate::http::body::{Body, BoxError};
+
+/// The answer to a connection beyond the cap: written at once, then closed.
+const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 93\r\nconnection: close\r\n\r\n{\"error\":{\"code\":\"TOO_MANY_CONNECTIONS\",\"message\":\"too many open connections; try again\"}}";
+
+/// Every connection of one listener.
+#[derive(Clone)]
+pub struct Connections {
+    limits: ClientLimits,
+    permits: Arc<Semaphore>,
+    tracker: TaskTracker,
+    /// Cancelled at shutdown: connections finish their request in flight
+    /// (if any) and close.
+    draining: CancellationToken,
+    refused: Arc<AtomicU64>,
+}
+
+impl Connections {
+    /// Connections under `limits`, closing when `draining` is cancelled.
+    pub fn new(limits: ClientLimits, tracker: TaskTracker, draining: CancellationToken) -> Self {
+        Connections {
+            permits: Arc::new(Semaphore::new(limits.max_connections)),
+            limits,
+            tracker,
+            draining,
+            refused: Arc::default(),
+        }
+    }
+
+    /// Serves one accepted socket with `handle`, or refuses it when the
+    /// listener is at its cap.
+    pub fn serve<F, Fut>(&self, stream: TcpStream, handle: F)
+    where
+        F: Fn(Request<Incoming>) -> Fut + Send + Sync + Clone + 'static,
+        Fut: Future<Output = Response<Body>> + Send + 'static,
+    {
+        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+            let n = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
+            if n.is_power_of_two() {
+                warn!(
+                    refused = n,
+                    cap = self.limits.max_connections,
+                    "too many open client connections: refusing new ones"
+                );
+            }
+            // Best effort: a full socket buffer just drops the answer.
+            let _ = stream.try_write(REFUSAL);
+            return;
+        };
+        let _ = stream.set_nodelay(true);
+        let this = self.clone();
+        self.tracker
+            .spawn(async move { this.run(stream, handle, permit).await });
+    }
+
+    async fn run<F, Fut>(&self, stream: TcpStream, handle: F, _permit: OwnedSemaphorePermit)
+    where
+        F: Fn(Request<Incoming>) -> Fut + Send + Sync + Clone + 'static,
+        Fut: Future<Output = Response<Body>> + Send + 'static,
+    {
+        let activity = Arc::new(Activity::new());
+        let a = activity.clone();
+        let service = service_fn(move |req| {
+            let guard = a.begin();
+            let fut = handle(req);
+            async move {
+                let resp = fut.await;
+                Ok::<_, Infallible>(resp.map(|b| {
+                    Body::new(Tracked {
+                        inner: b,
+                        _guard: guard,
+                    })
+                }))
+            }
+        });
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.limits.header_read_timeout)
+            .keep_alive(true)
+            .serve_connection(TokioIo::new(stream), service);
+        tokio::pin!(conn);
+        let idle = activity.idle_for(self.limits.idle_timeout);
+        tokio::pin!(idle);
+        let mut closing = false;
+        loop {
+            tokio::select! {
+                // Connection errors are the peer's business (resets, bad HTTP).
+                _ = conn.as_mut() => return,
+                () = self.draining.cancelled(), if !closing => {
+                    closing = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+                () = &mut idle, if !closing => {
+                    closing = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+        }
+    }
+
+    /// Connections refused at the cap so far.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+}
+
+/// Requests in flight on one connection, and when the last one ended.
+struct Activity {
+    active: AtomicUsize,
+    /// Milliseconds from `start` to the end of the last request.
+    last_done_ms: AtomicU64,
+    start: Instant,
+    /// Told whenever a request ends.
+    ended: Notify,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            active: AtomicUsize::new(0),
+            last_done_ms: AtomicU64::new(0),
+            start: Instant::now(),
+            ended: Notify::new(),
+        }
+    }
+
+    fn begin(self: &Arc<Self>) -> ActiveGuard {
+        self.active.fetch_add(1, Ordering::AcqRel);
+        ActiveGuard(self.clone())
+    }
+
+    /// Resolves once no request has been in flight for `idle`.
+    async fn idle_for(&self, idle: Duration) {
+        loop {
+            let ended = self.ended.notified();
+            if self.active.load(Ordering::Acquire) > 0 {
+                ended.await;
+                continue;
+            }
+            let last = Duration::from_millis(self.last_done_ms.load(Ordering::Acquire));
+            let deadline = self.start + last + idle;
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline) => {}
+                () = ended => {}
+            }
+        }
+    }
+}
+
+/// Marks a request in flight until its response body is done (or dropped).
+struct ActiveGuard(Arc<Activity>);
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        let a = &self.0;
+        let ms = a.start.elapsed().as_millis() as u64;
+        a.last_done_ms.store(ms, Ordering::Release);
+        a.active.fetch_sub(1, Ordering::AcqRel);
+        a.ended.notify_one();
+    }
+}
+
+/// A response body that keeps its request counted as in flight.
+struct Tracked {
+    inner: Body,
+    _guard: ActiveGuard,
+}
+
+impl http_body::Body for Tracked {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_is_idle_only_with_no_request_in_flight() {
+        let a = Arc::new(Activity::new());
+        let guard = a.begin();
+        let idle = a.idle_for(Duration::from_secs(120));
+        tokio::pin!(idle);
+        tokio::select! {
+            () = &mut idle => panic!("idle while a request is in flight"),
+            () = tokio::time::sleep(Duration::from_secs(600)) => {}
+        }
+        drop(guard);
+        let t0 = Instant::now();
+        idle.await;
+        assert_eq!(
+            t0.elapsed().as_secs(),
+            120,
+            "idle 120 s after the request ended"
+        );
+    }
+}

@@ -1,0 +1,106 @@
+//! The real binary's life as a user sees it: it names the config it loaded,
+//! bounds what a client connection may take (a head within the header-read
+//! timeout, idle connections closed, a cap on open connections), and stops
+//! at once on SIGTERM when nothing is streaming.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use crate::support::bin::{tempdir, Served};
+
+/// The served binary, its config file, and the folder both live in (kept
+/// for as long as the test holds it).
+fn serve(extra: &str) -> (Served, std::path::PathBuf, crate::support::bin::TempDir) {
+    let dir = tempdir();
+    let config = dir.join("shimgate.toml");
+    std::fs::write(
+        &config,
+        format!("[shims.qoder]\nlisten = \"127.0.0.1:0\"\n[shims.trae]\nlisten = \"127.0.0.1:0\"\n{extra}"),
+    )
+    .unwrap();
+    (Served::start(&config, &[], &[]), config, dir)
+}
+
+fn connect(base: &str) -> TcpStream {
+    let s = TcpStream::connect(base.trim_start_matches("http://")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+/// Reads until the server closes; what it sent.
+fn read_to_close(s: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn serve_names_the_config_it_loaded_in_status() {
+    let (served, config, _dir) = serve("");
+    let status = crate::support::client::get(&format!("{}/status", served.trae))
+        .await
+        .json();
+    let path = std::fs::canonicalize(&config).unwrap();
+    assert_eq!(status["config"]["path"], path.display().to_string());
+}
+
+#[test]
+fn a_head_sent_too_slowly_is_cut_at_the_header_read_timeout() {
+    let (served, _, _dir) = serve("[limits]\nheader_read_timeout_ms = 300\n");
+    let mut s = connect(&served.trae);
+    s.write_all(b"GET /status HTTP/1.1\r\nHost: x\r\n").unwrap();
+    let t0 = Instant::now();
+    let answer = read_to_close(&mut s);
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "closed after {:?}",
+        t0.elapsed()
+    );
+    assert!(!answer.contains("200 OK"), "{answer}");
+}
+
+#[test]
+fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
+    let (served, _, _dir) = serve("[limits]\nclient_idle_timeout_ms = 300\n");
+    let mut s = connect(&served.trae);
+    s.write_all(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let answer = read_to_close(&mut s);
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+}
+
+#[test]
+fn connections_beyond_the_cap_are_refused_at_once_and_service_resumes() {
+    let (served, _, _dir) = serve("[limits]\nmax_connections = 2\n");
+    let held: Vec<TcpStream> = (0..2).map(|_| connect(&served.trae)).collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let mut third = connect(&served.trae);
+    let answer = read_to_close(&mut third);
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("TOO_MANY_CONNECTIONS"), "{answer}");
+    drop(held);
+    std::thread::sleep(Duration::from_millis(100));
+    let mut fresh = connect(&served.trae);
+    fresh
+        .write_all(b"GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    assert!(read_to_close(&mut fresh).starts_with("HTTP/1.1 200 OK"));
+}
+
+#[test]
+fn sigterm_with_nothing_streaming_stops_at_once_even_with_an_idle_connection_open() {
+    let (mut served, _, _dir) = serve("");
+    let mut s = connect(&served.trae);
+    s.write_all(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let _ = s.read(&mut buf).unwrap();
+    let t0 = Instant::now();
+    served.signal("TERM");
+    let status = served.child.wait().unwrap();
+    let took = t0.elapsed();
+    assert!(status.success(), "{status:?}");
+    eprintln!("stopped in {took:?}");
+    assert!(took < Duration::from_millis(1500), "took {took:?}");
+}
