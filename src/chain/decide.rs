@@ -73,6 +73,10 @@ pub struct Progress {
     /// A uniform draw from `[0, 1)` for the backoff jitter (0.5 is no
     /// jitter): an input, so tests choose it.
     pub draw: f64,
+    /// Whether the request may be sent again after this failure: false
+    /// for a pass-through request that is not idempotent (POST, PATCH) and
+    /// may have reached the upstream (DESIGN §5 "Pass-through").
+    pub may_resend: bool,
 }
 
 /// The rules one call runs under (fixed for the call).
@@ -156,7 +160,7 @@ pub fn decide(event: Event<'_>, at: &Progress, rules: &Rules<'_>, _now: Now) -> 
         .then(|| failure.retry_after.unwrap_or(rules.ordering.quota_cooldown));
     let next = if at.shutting_down {
         Next::Stop(Stop::ShuttingDown)
-    } else if failure.code.never_switches() || rules.housekeeping {
+    } else if failure.code.never_switches() || rules.housekeeping || !at.may_resend {
         Next::Stop(Stop::Final)
     } else if rules.retry.retryable.contains(&failure.code) && at.tries <= rules.retry.max_retries {
         match policy::retry_decision(rules.retry, at.tries, failure.retry_after, at.draw) {
@@ -221,6 +225,7 @@ mod tests {
             has_next,
             shutting_down: false,
             draw: NO_JITTER,
+            may_resend: true,
         }
     }
 
@@ -500,5 +505,25 @@ mod tests {
         assert!(committed.leaves_route() && !committed.switched());
         let gone = decide(Event::ClientGone, &at, &rules, now);
         assert_eq!(gone.next, Next::Stop(Stop::Aborted));
+    }
+
+    #[test]
+    fn a_pass_through_post_that_may_have_reached_the_upstream_is_never_sent_again() {
+        let rules = Rules {
+            retry: &RetryPolicy::default(),
+            ordering: &Ordering::default(),
+            housekeeping: false,
+        };
+        let at = Progress {
+            may_resend: false,
+            ..progress(1, true)
+        };
+        let d = decide(
+            Event::Failed(&fail(FailureCode::Transport)),
+            &at,
+            &rules,
+            Now::system(),
+        );
+        assert_eq!(d.next, Next::Stop(Stop::Final));
     }
 }

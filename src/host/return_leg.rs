@@ -135,11 +135,12 @@ pub(super) async fn handle<S: Shim>(
         let request = Arc::new(super::answer_shape(&openai));
         let (h, shape) = (host.clone(), request.clone());
         let factory: TranslatorFactory = Arc::new(move || Box::new(h.shim.return_leg(&shape)));
+        let secrets = Secrets::of(&entry.headers);
         let mut spec = CallSpec::new(&config, name, "return", outbound, received);
         spec.translator = Some(factory);
         spec.housekeeping = housekeeping;
+        spec.secrets = secrets.clone();
         let resp = chain::call(&app.chain_ctx(), spec).await;
-        let secrets = Secrets::of(&entry.headers);
         match &resp {
             ChainResponse::Failed(e) => stats.error(secrets.scrub(&e.message())),
             ChainResponse::Verbatim { failure: Some((f, route)), .. } => {

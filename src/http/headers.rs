@@ -128,6 +128,17 @@ impl Secrets {
         Secrets { values }
     }
 
+    /// `failure` with its reason scrubbed ([`Secrets::scrub`]).
+    pub fn scrub_failure(
+        &self,
+        mut failure: shimgate_shim_api::Failure,
+    ) -> shimgate_shim_api::Failure {
+        if !self.values.is_empty() {
+            failure.message = self.scrub(&failure.message);
+        }
+        failure
+    }
+
     /// `text` with every credential value replaced by `***`, then the known
     /// token shapes masked too ([`redact`]).
     pub fn scrub(&self, text: &str) -> String {
