@@ -228,11 +228,7 @@ pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCo
     if judged && !parts.status.is_success() {
         return error_answer(parts, body, timeouts.idle).await;
     }
-    let is_sse = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.trim_start().starts_with("text/event-stream"));
+    let is_sse = headers::is_event_stream(&parts.headers);
     match &spec.translator {
         Some(factory) if is_sse => {
             hold_until_content(factory(), body, timeouts.idle, sent_at).await

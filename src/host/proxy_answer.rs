@@ -39,13 +39,7 @@ pub enum Verdict {
     Failed { why: String, answer: Option<Answer> },
 }
 
-/// Whether a head says `text/event-stream`.
-pub fn is_sse(headers: &http::HeaderMap) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.trim_start().starts_with("text/event-stream"))
-}
+pub use crate::http::headers::is_event_stream as is_sse;
 
 /// Judges `attempt` (the proxy's response, or why there is none) for the
 /// rid of `entry`, reading the body on, within `wait` per read, while the

@@ -28,20 +28,13 @@ use crate::http::body::{self, Body};
 use crate::http::headers::Secrets;
 use crate::http::read::{content_length, read_body};
 
-/// bili leaves requests with `max_tokens <= 200` alone (title generation
-/// and the like): they are side requests, not the agent's turns.
-pub const SIDE_REQUEST_MAX_TOKENS: u64 = 200;
-
 /// Whether a return-leg body is a side request: not streamed, or a tiny
-/// `max_tokens`. Side requests are counted apart so `folded` stays the
-/// proof of compressing the agent's own turns.
+/// `max_tokens` (bili leaves those alone: titles and the like). Side
+/// requests are counted apart so `folded` stays the proof of compressing
+/// the agent's own turns.
 pub fn is_side_request(body: &Value) -> bool {
     let streamed = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    let tiny = ["max_tokens", "max_completion_tokens"]
-        .iter()
-        .filter_map(|k| body.get(*k).and_then(Value::as_u64))
-        .any(|n| n <= SIDE_REQUEST_MAX_TOKENS);
-    !streamed || tiny
+    !streamed || shimgate_shim_api::openai::is_tiny(body)
 }
 
 /// What a proxy may add to a body that was within `limits.max_body_bytes`
