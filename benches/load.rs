@@ -1,15 +1,18 @@
 //! Proof under load: the real `shimgate serve` binary between scripted
 //! agents and scripted upstreams (both wires, with faults), the reference
 //! compressor in the middle, and checks that nothing is lost, doubled or
-//! sent twice; then added latency against a bare forwarder, and 2,000 slow
-//! streams for memory and back-pressure. Prints `VERDICT ok …` or
-//! `VERDICT FAIL …` and exits non-zero on any failure.
+//! sent twice; then added latency against a bare forwarder, 2,000 slow
+//! streams for memory and back-pressure, and idle and slowloris sockets
+//! (closed within their timeouts while normal requests are served; RSS
+//! with 1,000 idle sockets open). Prints `VERDICT ok …` or `VERDICT FAIL
+//! …` and exits non-zero on any failure.
 //!
 //! Run: `cargo bench --bench load` (full, about 3 minutes), `-- --quick`
-//! (about 1 minute), `-- --ci` (the soak only, small, about 30 s). Options:
-//! `--streams N` `--seconds S` (soak per leg) `--turns N` `--path
-//! compressor|bare|direct|both` `--phases soak,latency,streams`
-//! `--big-streams N` `--streams-direct` `--samples N` `--seed N`
+//! (about 1 minute), `-- --ci` (the soak and the idle phase, small, about
+//! 35 s). Options: `--streams N` `--seconds S` (soak per leg) `--turns N`
+//! `--path compressor|bare|direct|both` `--phases
+//! soak,latency,streams,idle` `--big-streams N` `--streams-direct`
+//! `--samples N` `--idle-sockets N` `--rss-sockets N` `--seed N`
 //! `--question-chars N` (`-- --help` describes them).
 //! `SHIMGATE_BIN` overrides the binary.
 //! Figures and method: `benches/README.md`.
@@ -29,6 +32,8 @@ mod findings;
 mod forwarder;
 #[path = "load/gate.rs"]
 mod gate;
+#[path = "load/idle.rs"]
+mod idle;
 #[path = "load/judge.rs"]
 mod judge;
 #[path = "load/latency.rs"]

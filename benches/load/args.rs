@@ -9,6 +9,8 @@ pub struct Phases {
     pub soak: bool,
     pub latency: bool,
     pub streams: bool,
+    /// Idle and slowloris sockets (bounded in time).
+    pub idle: bool,
 }
 
 /// Everything a run is told.
@@ -29,6 +31,10 @@ pub struct Args {
     pub streams_direct: bool,
     /// Latency samples per mode and case at concurrency 1.
     pub samples: usize,
+    /// Silent sockets, and as many half-sent heads, of the slowloris wave.
+    pub idle_sockets: usize,
+    /// Silent sockets open for the RSS figure of the idle phase.
+    pub rss_sockets: usize,
     pub seed: u64,
     /// Characters of each soak question.
     pub question_chars: usize,
@@ -50,6 +56,7 @@ enum PhaseArg {
     Soak,
     Latency,
     Streams,
+    Idle,
 }
 
 /// The command line as given; [`Args`] is what it resolves to.
@@ -57,13 +64,13 @@ enum PhaseArg {
 #[command(
     name = "load",
     bin_name = "cargo bench --bench load --",
-    about = "shimgate under load: soak, added latency, slow streams"
+    about = "shimgate under load: soak, added latency, slow streams, idle and slowloris sockets"
 )]
 struct Cli {
     /// About 1 minute: 8 s soak legs, 500 slow streams, 800 latency samples.
     #[arg(long)]
     quick: bool,
-    /// The soak only, small (about 30 s): 16 conversations, 12 s legs.
+    /// The soak and the idle phase, small (about 35 s): 16 conversations, 12 s legs.
     #[arg(long)]
     ci: bool,
     /// Concurrent soak conversations (both wires together) [default: 64; --ci 16].
@@ -78,7 +85,7 @@ struct Cli {
     /// Soak legs.
     #[arg(long, value_enum, default_value = "both")]
     path: PathArg,
-    /// Phases to run, comma-separated [default: soak,latency,streams; --ci soak].
+    /// Phases to run, comma-separated [default: soak,latency,streams,idle; --ci soak,idle].
     #[arg(long, value_enum, value_delimiter = ',')]
     phases: Option<Vec<PhaseArg>>,
     /// Concurrent slow streams of the memory phase [default: 2000; --quick 500].
@@ -90,6 +97,12 @@ struct Cli {
     /// Latency samples per mode and case at concurrency 1 [default: 3000; --quick 800].
     #[arg(long, value_name = "N")]
     samples: Option<usize>,
+    /// Silent sockets, and as many half-sent heads, of the slowloris wave.
+    #[arg(long, value_name = "N", default_value_t = 500)]
+    idle_sockets: usize,
+    /// Silent sockets open for the idle phase's RSS figure.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    rss_sockets: usize,
     /// Seed of the fault plans and conversations.
     #[arg(long, value_name = "N", default_value_t = 0x5eed_10ad)]
     seed: u64,
@@ -125,11 +138,14 @@ impl From<Cli> for Args {
                 soak: list.contains(&PhaseArg::Soak),
                 latency: list.contains(&PhaseArg::Latency),
                 streams: list.contains(&PhaseArg::Streams),
+                idle: list.contains(&PhaseArg::Idle),
             },
             None => Phases {
                 soak: true,
                 latency: !cli.ci,
                 streams: !cli.ci,
+                // A few seconds: part of every run, `--ci` included.
+                idle: true,
             },
         };
         let paths = match cli.path {
@@ -147,6 +163,8 @@ impl From<Cli> for Args {
             big_streams: preset.pick(cli.big_streams, None, Some(500), 2000),
             streams_direct: cli.streams_direct,
             samples: preset.pick(cli.samples, None, Some(800), 3000),
+            idle_sockets: cli.idle_sockets,
+            rss_sockets: cli.rss_sockets,
             seed: cli.seed,
             question_chars: cli.question_chars,
         }

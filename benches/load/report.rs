@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::args::Args;
 use super::findings::Findings;
 use super::soak::{self, LegReport, Path, Settings};
-use super::{gate, latency, streams};
+use super::{gate, idle, latency, streams};
 
 /// Runs everything asked for; true when nothing failed.
 pub async fn run(args: Args) -> bool {
@@ -56,6 +56,12 @@ pub async fn run(args: Args) -> bool {
     }
     if args.phases.streams {
         let r = streams::run(args.big_streams, args.streams_direct).await;
+        r.print();
+        figures.push(r.headline());
+        findings.extend(&r.findings);
+    }
+    if args.phases.idle {
+        let r = idle::run(args.rss_sockets, args.idle_sockets).await;
         r.print();
         figures.push(r.headline());
         findings.extend(&r.findings);

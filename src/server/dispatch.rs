@@ -21,6 +21,9 @@ pub async fn handle(
     shim: &'static str,
     req: Request<Incoming>,
 ) -> Response<Body> {
+    if let Some(refused) = not_servable(&req) {
+        return refused;
+    }
     let path = req.uri().path();
     if let Some(resp) = admin::handle(&app, &shims, req.method(), path) {
         return resp;
@@ -57,6 +60,33 @@ pub async fn handle(
         }
     }
     forward(app, shim, req).await
+}
+
+/// Requests no route can take, answered at once: `CONNECT` (shimgate is
+/// not a forward proxy; passed on, it reached the route as a tunnel
+/// request and the client got a closed connection) and a request target
+/// that is not a path (`OPTIONS *`: appended to a route's base URL it made
+/// `http://host:port*`, which connected to port 80 of the route's host).
+/// An absolute-form target (`GET http://other.example/x`) is served: only
+/// its path is used, on the configured routes.
+fn not_servable<T>(req: &Request<T>) -> Option<Response<Body>> {
+    if req.method() == http::Method::CONNECT {
+        return Some(body::error_response(
+            ErrorCode::MethodNotAllowed,
+            "CONNECT is not served: shimgate is a gateway to its configured routes, not a forward proxy",
+        ));
+    }
+    let path = req.uri().path();
+    if !path.starts_with('/') {
+        return Some(body::error_response(
+            ErrorCode::BadRequest,
+            &format!(
+                "request target {:?} is not an origin-form path (it must start with /)",
+                path.chars().take(64).collect::<String>()
+            ),
+        ));
+    }
+    None
 }
 
 /// Forwards a request the shim does not intercept, byte for byte, through

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -94,7 +94,7 @@ pub async fn start(config: Config) -> Running {
     for shim in config.shims.iter().filter(|s| s.enabled) {
         let name = shim.name;
         let stats = app.shim_stats(name);
-        match TcpListener::bind(shim.listen).await {
+        match bind(shim.listen) {
             Ok(listener) => {
                 let addr = listener.local_addr().unwrap_or(shim.listen);
                 stats.listening(addr);
@@ -133,6 +133,26 @@ pub async fn start(config: Config) -> Running {
         connections: tracker,
         draining,
     }
+}
+
+/// Pending connections a listener queues before it accepts them.
+/// `TcpListener::bind` uses 128: a burst of more connects than that (many
+/// agents starting at once) had SYNs dropped and waited a 1 s retransmit,
+/// so the connection cap (`limits.max_connections`, 1,024 by default,
+/// answered with `503` at once) was never what a burst met.
+const LISTEN_BACKLOG: u32 = 1024;
+
+/// Binds a listener as `TcpListener::bind` does (`SO_REUSEADDR`), with a
+/// backlog of [`LISTEN_BACKLOG`].
+fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 async fn accept_loop(

@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod bad_input;
 mod bili;
 mod bili_model;
 mod chain;
