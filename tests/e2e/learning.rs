@@ -475,3 +475,52 @@ async fn pin_disable_enable_unpin_and_reset_work_and_survive_a_restart() {
         Value::Null
     );
 }
+
+#[tokio::test]
+async fn a_reset_an_upstream_states_is_honoured_but_capped_at_26_hours() {
+    let week = (std::time::SystemTime::now() + Duration::from_secs(7 * 86_400))
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let body = format!("{{\"error\":{{\"message\":\"insufficient quota\",\"reset_at\":{week}}}}}");
+    let in_body = Upstream::always(Reply::json(429, &body)).await;
+    let in_header = Upstream::always(Reply::json_with(
+        402,
+        &[("retry-after", "90")],
+        "payment required",
+    ))
+    .await;
+    let ok = Upstream::always(ok_reply(3)).await;
+    let dir = tempdir();
+    let file = write(
+        &dir,
+        &config(
+            &[("body", &in_body), ("header", &in_header), ("ok", &ok)],
+            "",
+        ),
+    );
+    let served = Served::start(&file, &[], &[]);
+    let before = std::time::SystemTime::now();
+    assert_eq!(call(&served).await.json(), json!({"r": 3}));
+    let st = status(&served).await;
+    let until = |i: usize| {
+        let text = st["chain"]["routes"]["trae"][i]["cooldownUntil"]
+            .as_str()
+            .unwrap();
+        humantime::parse_rfc3339(text)
+            .unwrap()
+            .duration_since(before)
+            .unwrap()
+    };
+    let capped = until(0);
+    assert!(
+        capped > Duration::from_secs(26 * 3600 - 60)
+            && capped <= Duration::from_secs(26 * 3600 + 5),
+        "a week in the body rests 26 h: {capped:?}"
+    );
+    let asked = until(1);
+    assert!(
+        asked >= Duration::from_secs(89) && asked <= Duration::from_secs(95),
+        "Retry-After 90 on a quota failure: {asked:?}"
+    );
+}
