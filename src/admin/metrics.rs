@@ -190,7 +190,7 @@ impl Snapshot {
                     .encode_counter::<NoLabelSet, _, u64>(n, None)?;
             }
         }
-        let counters: [RouteFamily; 2] = [
+        let counters: [RouteFamily; 3] = [
             (
                 "shimgate_route_retries",
                 "In-place retries per route.",
@@ -200,6 +200,11 @@ impl Snapshot {
                 "shimgate_route_switches",
                 "Switches away from a route.",
                 |r| r.switches,
+            ),
+            (
+                "shimgate_route_breaker_opens",
+                "Times a route's circuit breaker opened (or re-opened after a failed probe).",
+                |r| r.breaker_opens,
             ),
         ];
         for (name, help, value) in counters {
@@ -281,6 +286,7 @@ mod tests {
                 cooling: true,
                 cooldown_seconds: 12.5,
                 breaker: 2,
+                breaker_opens: 3,
             }],
             budget_exhausted: vec![("trae", 4)],
             first_byte: vec![("qoder", h)],
@@ -298,6 +304,7 @@ mod tests {
             "shimgate_route_cooling{shim=\"trae\",route=\"a \\\"b\\\"\"} 1",
             "shimgate_route_breaker_state{shim=\"trae\",route=\"a \\\"b\\\"\"} 2",
             "shimgate_route_cooldown_seconds{shim=\"trae\",route=\"a \\\"b\\\"\"} 12.5",
+            "shimgate_route_breaker_opens_total{shim=\"trae\",route=\"a \\\"b\\\"\"} 3",
             "# TYPE shimgate_retry_budget_exhausted_total counter",
             "shimgate_retry_budget_exhausted_total{shim=\"trae\"} 4",
             "# TYPE shimgate_upstream_first_byte_seconds histogram",

@@ -31,7 +31,7 @@ use crate::chain::decide::Now;
 use crate::chain::latency::Latency;
 use crate::chain::rank::{self, BreakerView, Order, Reason, Record, View};
 use crate::clock::iso8601;
-use crate::config::{BreakerPolicy, Ordering, RetryPolicy, Route};
+use crate::config::{BreakerPolicy, Ordering, OrderingMode, RetryPolicy, Route};
 
 /// Attempts kept in the ring log.
 pub const RING_CAPACITY: usize = 200;
@@ -164,28 +164,41 @@ struct RouteRuntime {
     samples: VecDeque<Sample>,
     last_failure: Option<LastFailure>,
     disabled: bool,
+    /// Times its breaker opened (or re-opened) since start.
+    opens: u64,
     in_flight: Arc<AtomicUsize>,
     stats: RouteStats,
 }
 
 impl RouteRuntime {
-    /// The live samples at `now`: the last [`SAMPLES`] within `window`.
+    /// The live samples at `now`: the last [`SAMPLES`] within `window`
+    /// (no allocation: this runs for every route of every measured call).
     fn record(&self, window: Duration, now: Instant) -> Record {
-        let live: Vec<&Sample> = self
-            .samples
-            .iter()
-            .filter(|s| now.saturating_duration_since(s.at) < window)
-            .collect();
-        let mut ttfts: Vec<Duration> = live.iter().filter_map(|s| s.ttft).collect();
+        let mut ttfts = [Duration::ZERO; SAMPLES];
+        let (mut tries, mut ok, mut timed) = (0, 0, 0);
+        for s in &self.samples {
+            if now.saturating_duration_since(s.at) >= window {
+                continue;
+            }
+            tries += 1;
+            ok += usize::from(s.ok);
+            if let Some(t) = s.ttft {
+                if let Some(slot) = ttfts.get_mut(timed) {
+                    *slot = t;
+                    timed += 1;
+                }
+            }
+        }
+        let ttfts = &mut ttfts[..timed];
         ttfts.sort_unstable();
-        let ttft_median = match ttfts.len() {
+        let ttft_median = match timed {
             0 => None,
             n if n % 2 == 1 => Some(ttfts[n / 2]),
             n => Some((ttfts[n / 2 - 1] + ttfts[n / 2]) / 2),
         };
         Record {
-            tries: live.len(),
-            ok: live.iter().filter(|s| s.ok).count(),
+            tries,
+            ok,
             ttft_median,
         }
     }
@@ -205,11 +218,17 @@ impl RouteRuntime {
             Gate::Probe => BreakerView::Probe,
             Gate::Open(until) => BreakerView::Open(until.map(|u| wall_of(u, now))),
         };
+        // Only measured ordering reads the record.
+        let record = if ordering.mode == OrderingMode::Measured {
+            self.record(ordering.measure_window, now.mono)
+        } else {
+            Record::default()
+        };
         View {
             disabled: self.disabled,
             cooling,
             breaker,
-            record: self.record(ordering.measure_window, now.mono),
+            record,
         }
     }
 }
@@ -493,6 +512,7 @@ impl ChainState {
             _ => {}
         }
         let opened = rt.breaker.observe(verdict, policy, now.mono);
+        rt.opens += u64::from(opened);
         drop(inner);
         self.changed.notify_one();
         opened
@@ -618,7 +638,6 @@ pub(crate) fn call_json(c: &CallRecord) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::OrderingMode;
 
     fn route(name: &str, cap: usize) -> Route {
         Route {
@@ -793,7 +812,6 @@ mod tests {
 #[cfg(test)]
 mod learning {
     use super::*;
-    use crate::config::OrderingMode;
 
     fn route(name: &str) -> Route {
         Route {

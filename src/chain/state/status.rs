@@ -157,6 +157,7 @@ fn route_json(
             "state": rt.breaker.name(now.mono),
             "until": breaker_until,
             "openMs": rt.breaker.period().as_millis() as u64,
+            "opens": rt.opens,
         },
         "lastFailure": rt.last_failure.as_ref().map(|f| json!({
             "code": f.code.as_str(),
@@ -183,6 +184,8 @@ pub struct RouteMetrics {
     pub cooldown_seconds: f64,
     /// 0 closed, 1 half-open, 2 open.
     pub breaker: u8,
+    /// Times its breaker opened since start.
+    pub breaker_opens: u64,
 }
 
 impl ChainState {
@@ -245,5 +248,6 @@ fn metrics_of(
         cooling: left > 0.0 && ordering.mode.skips_resting(),
         cooldown_seconds: left,
         breaker,
+        breaker_opens: rt.opens,
     }
 }
