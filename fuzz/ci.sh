@@ -10,13 +10,15 @@
 #
 # Per target <t>, if present: seeds in fuzz/seeds/<t>/ (committed),
 # dictionary fuzz/dict/<t>.dict (else fuzz/dict/sse.dict); the growing corpus
-# goes to fuzz/corpus/<t>/ (git-ignored; cache it between CI runs if you
-# like). A crash leaves its input in fuzz/artifacts/<t>/; minimise it with
+# goes to $FUZZ_CORPUS_DIR/<t>/ (default ~/.cache/shimgate/fuzz-corpus, outside
+# the clone, so each CI run on a machine starts from where the last one got
+# to). A crash leaves its input in fuzz/artifacts/<t>/; minimise it with
 # `cargo fuzz tmin -s none <t> <file>` and turn it into a unit test.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 seconds="${FUZZ_SECONDS:-60}"
+corpus_root="${FUZZ_CORPUS_DIR:-${HOME:-/tmp}/.cache/shimgate/fuzz-corpus}"
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "== installing cargo-fuzz"
@@ -29,7 +31,7 @@ cargo fuzz build -s none
 failed=()
 for target in $(cargo fuzz list); do
     seeds="fuzz/seeds/$target"
-    corpus="fuzz/corpus/$target"
+    corpus="$corpus_root/$target"
     dict="fuzz/dict/$target.dict"
     [[ -f "$dict" ]] || dict="fuzz/dict/sse.dict"
     dict_arg=()

@@ -9,7 +9,7 @@ use http::header::{self, HeaderValue};
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use shimgate_shim_api::failure::classify_http;
+use shimgate_shim_api::failure::{classify_http, classify_text};
 use shimgate_shim_api::sse::SseParser;
 use shimgate_shim_api::{Failure, FailureCode, FrameClass, StreamTranslator};
 
@@ -46,6 +46,9 @@ pub enum PreCommit {
         /// The translated frames so far, and the upstream's own bytes up to
         /// the error, when it was an in-band error.
         held: Option<InBand>,
+        /// Whether the request may have reached the upstream although no
+        /// answer came back (a reset or timeout after it was written).
+        unsent: bool,
     },
     /// The client went away.
     Aborted,
@@ -130,21 +133,26 @@ impl Committed {
 }
 
 /// Streams a whole SSE body through a translator (no holding back: the
-/// answer is already committed). Used where no failover applies, such as
+/// answer is already committed), starting with the chunks already `read`
+/// from it. Used where no failover applies, such as
 /// relaying the compression proxy's answer to the agent.
 pub async fn relay(
     ctx: &ChainCtx,
     idle: Duration,
-    body: Incoming,
+    (read, body): (Vec<Bytes>, Incoming),
     translator: Box<dyn StreamTranslator>,
     tx: &BodyTx,
 ) -> Result<(), Failure> {
+    let mut parser = SseParser::new();
+    for chunk in read {
+        parser.push(chunk);
+    }
     let committed = Committed {
         status: StatusCode::OK,
         headers: HeaderMap::new(),
         mode: Mode::Sse {
             held: BytesMut::new(),
-            parser: SseParser::new(),
+            parser,
             translator,
             body,
         },
@@ -172,6 +180,17 @@ fn failed(failure: Failure) -> PreCommit {
         failure,
         verbatim: None,
         held: None,
+        unsent: false,
+    }
+}
+
+/// A failure before the request left: it surely never reached the upstream.
+fn unsent(failure: Failure) -> PreCommit {
+    PreCommit::Failed {
+        failure,
+        verbatim: None,
+        held: None,
+        unsent: true,
     }
 }
 
@@ -179,7 +198,7 @@ fn failed(failure: Failure) -> PreCommit {
 pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCommit {
     let req = match request(spec, route).await {
         Ok(r) => r,
-        Err(f) => return failed(f),
+        Err(f) => return unsent(f),
     };
     let timeouts = &spec.timeouts;
     let sent_at = std::time::Instant::now();
@@ -193,6 +212,8 @@ pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCo
                 ),
             ))
         }
+        // A failed connect never wrote the request.
+        Ok(Err(e)) if e.is_connect() => return unsent(client_failure(&e)),
         Ok(Err(e)) => return failed(client_failure(&e)),
         Ok(Ok(r)) => r,
     };
@@ -201,18 +222,20 @@ pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCo
         .first_byte(spec.shim)
         .observe(sent_at.elapsed());
     let (parts, body) = resp.into_parts();
-    if !parts.status.is_success() {
+    // A pass-through request gets whatever came back, any status; 3xx is
+    // never a failure.
+    let judged = !spec.passthrough && !parts.status.is_redirection();
+    if judged && !parts.status.is_success() {
         return error_answer(parts, body, timeouts.idle).await;
     }
-    let is_sse = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.trim_start().starts_with("text/event-stream"));
+    let is_sse = headers::is_event_stream(&parts.headers);
     match &spec.translator {
         Some(factory) if is_sse => {
             hold_until_content(factory(), body, timeouts.idle, sent_at).await
         }
+        // An event stream was asked for: a 2xx without one (a maintenance
+        // page, a JSON error) is a failure, not an answer.
+        Some(_) if judged => not_a_stream(parts, body, timeouts.idle).await,
         _ => {
             let mut headers = parts.headers;
             headers::strip_hop_by_hop(&mut headers);
@@ -271,6 +294,41 @@ async fn error_answer(parts: http::response::Parts, body: Incoming, idle: Durati
             body: bytes,
         }),
         held: None,
+        unsent: false,
+    }
+}
+
+/// A 2xx answer that is not the event stream the call asked for:
+/// classified from its text (default `SERVER`, retryable), kept whole.
+async fn not_a_stream(parts: http::response::Parts, body: Incoming, idle: Duration) -> PreCommit {
+    let bytes = read_bounded(body, ERROR_BODY_LIMIT, idle).await;
+    let text = String::from_utf8_lossy(&bytes);
+    let kind = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("no content-type")
+        .to_owned();
+    let failure = Failure::new(
+        classify_text(&text),
+        format!(
+            "{} {kind} where an event stream was asked for: {}",
+            parts.status,
+            summary(&text)
+        ),
+    )
+    .with_status(parts.status.as_u16());
+    let mut headers = parts.headers;
+    headers::strip_hop_by_hop(&mut headers);
+    PreCommit::Failed {
+        failure,
+        verbatim: Some(Verbatim {
+            status: parts.status,
+            headers,
+            body: bytes,
+        }),
+        held: None,
+        unsent: false,
     }
 }
 
@@ -304,6 +362,7 @@ async fn hold_until_content(
                 return PreCommit::Failed {
                     failure,
                     verbatim: None,
+                    unsent: false,
                     held: Some(InBand {
                         translated: held,
                         native: Bytes::from(native.concat()),

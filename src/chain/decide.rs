@@ -78,6 +78,10 @@ pub struct Progress {
     /// A uniform draw from `[0, 1)` for the backoff jitter (0.5 is no
     /// jitter): an input, so tests choose it.
     pub draw: f64,
+    /// Whether the request may be sent again after this failure: false
+    /// for a pass-through request that is not idempotent (POST, PATCH) and
+    /// may have reached the upstream (DESIGN §5 "Pass-through").
+    pub may_resend: bool,
     /// The retry budget allows one more in-place retry.
     pub budget_left: bool,
     /// This try is the one call a half-open breaker let through: it gets
@@ -176,7 +180,7 @@ pub fn decide(event: Event<'_>, at: &Progress, rules: &Rules<'_>, now: Now) -> D
     let mut budget_exhausted = false;
     let next = if at.shutting_down {
         Next::Stop(Stop::ShuttingDown)
-    } else if failure.code.never_switches() || rules.housekeeping {
+    } else if failure.code.never_switches() || rules.housekeeping || !at.may_resend {
         Next::Stop(Stop::Final)
     } else if rules.retry.retryable.contains(&failure.code)
         && at.tries <= rules.retry.max_retries
@@ -254,6 +258,7 @@ mod tests {
             has_next,
             shutting_down: false,
             draw: NO_JITTER,
+            may_resend: true,
             budget_left: true,
             probe: false,
             route_open: false,
@@ -660,5 +665,26 @@ mod tests {
         let stated = asking(FailureCode::Quota, Duration::from_secs(7 * 24 * 3600));
         let d = decide(Event::Failed(&stated), &progress(1, true), &rules, now);
         assert_eq!(d.cool, Some(rest::MAX_STATED_RESET));
+    }
+
+    #[test]
+    fn a_pass_through_post_that_may_have_reached_the_upstream_is_never_sent_again() {
+        let rules = Rules {
+            retry: &RetryPolicy::default(),
+            ordering: &Ordering::default(),
+            housekeeping: false,
+            zone: Zone::UTC,
+        };
+        let at = Progress {
+            may_resend: false,
+            ..progress(1, true)
+        };
+        let d = decide(
+            Event::Failed(&fail(FailureCode::Transport)),
+            &at,
+            &rules,
+            Now::system(),
+        );
+        assert_eq!(d.next, Next::Stop(Stop::Final));
     }
 }

@@ -51,6 +51,7 @@ use tracing::{info, warn, Instrument};
 use crate::config::{BreakerPolicy, Config, Ordering, RetryPolicy, Route, Timeouts};
 use crate::http::body::{BoxError, ChannelBody};
 use crate::http::client::HttpClient;
+use crate::http::headers::Secrets;
 use decide::{Decision, Event, Next, Now, Progress, Rules, Stop};
 use state::{AttemptEntry, CallRecord, ChainState, Observed, Outcome, RouteReport, Skipped};
 
@@ -77,6 +78,16 @@ pub struct CallSpec {
     pub housekeeping: bool,
     /// When the client's request arrived (for the overhead histogram).
     pub received: Instant,
+    /// The request's own credentials: masked in every reason the call
+    /// logs or shows, whatever an upstream echoes back.
+    pub secrets: Secrets,
+    /// A request the shims do not take over (DESIGN §5 "Pass-through"):
+    /// whatever the upstream answers, any status, reaches the client as
+    /// it is; it is retried or switched only when nothing came back.
+    pub passthrough: bool,
+    /// The method is idempotent (not POST or PATCH): a pass-through
+    /// request may then be sent again after a failure mid-answer.
+    pub idempotent: bool,
 }
 
 impl CallSpec {
@@ -104,6 +115,9 @@ impl CallSpec {
             translator: None,
             housekeeping: false,
             received,
+            secrets: Secrets::default(),
+            passthrough: false,
+            idempotent: false,
         }
     }
 }
@@ -281,7 +295,14 @@ impl Driver<'_> {
                 FailureCode::Capacity,
                 format!("at its concurrency cap of {}", leg.route.max_concurrency),
             );
-            let decision = self.decide(Event::AtCapacity, leg, 0, Gate::default(), Now::system());
+            let decision = self.decide(
+                Event::AtCapacity,
+                leg,
+                0,
+                Gate::default(),
+                Now::system(),
+                true,
+            );
             self.record(&Tried::skipped(leg, &failure), &decision);
             return ControlFlow::Continue(());
         };
@@ -306,12 +327,14 @@ impl Driver<'_> {
         loop {
             tries += 1;
             let t0 = Instant::now();
+            let may_resend;
             let (failure, verbatim, held) = match self.try_once(leg.route).await {
                 attempt::PreCommit::Aborted => {
                     let gone = Failure::new(FailureCode::Aborted, "the client went away");
                     let now = Now::system();
                     self.observe(leg, Some(&gone), None, now);
-                    let decision = self.decide(Event::ClientGone, leg, tries, Gate::default(), now);
+                    let decision =
+                        self.decide(Event::ClientGone, leg, tries, Gate::default(), now, true);
                     let tried = Tried::new(leg, tries, Some(&gone), t0, started);
                     self.record(&tried, &decision);
                     self.finish(Outcome::Aborted, Some(FailureCode::Aborted));
@@ -326,12 +349,18 @@ impl Driver<'_> {
                     failure,
                     verbatim,
                     held,
-                } => (failure, verbatim, held),
+                    unsent,
+                } => {
+                    // Only a pass-through POST/PATCH that may have reached
+                    // the upstream is never sent again.
+                    may_resend = unsent || !self.spec.passthrough || self.spec.idempotent;
+                    (self.spec.secrets.scrub_failure(failure), verbatim, held)
+                }
             };
             let now = Now::system();
             let open = self.observe(leg, Some(&failure), None, now);
             let gate = Gate { probe, open };
-            let decision = self.decide(Event::Failed(&failure), leg, tries, gate, now);
+            let decision = self.decide(Event::Failed(&failure), leg, tries, gate, now, may_resend);
             self.cool(leg, &failure, &decision, now);
             self.spend(&decision, now);
             self.record(
@@ -368,6 +397,7 @@ impl Driver<'_> {
                 failure: Failure::new(FailureCode::Server, "shimgate is shutting down"),
                 verbatim: None,
                 held: None,
+                unsent: false,
             },
             pre = attempt::pre_commit(self.ctx, self.spec, route) => pre,
         }
@@ -381,6 +411,7 @@ impl Driver<'_> {
         tries: u32,
         gate: Gate,
         now: Now,
+        may_resend: bool,
     ) -> Decision {
         let rules = Rules {
             retry: &self.spec.retry,
@@ -398,6 +429,7 @@ impl Driver<'_> {
             has_next: leg.next.is_some(),
             shutting_down: self.ctx.hard_stop.is_cancelled(),
             draw: fastrand::f64(),
+            may_resend,
             budget_left,
             probe: gate.probe,
             route_open: gate.open && leg.gated,
@@ -494,7 +526,7 @@ impl Driver<'_> {
         probe: bool,
     ) -> ControlFlow<()> {
         let gate = Gate { probe, open: false };
-        let decision = self.decide(Event::Committed, leg, tries, gate, Now::system());
+        let decision = self.decide(Event::Committed, leg, tries, gate, Now::system(), true);
         let shim = self.spec.shim;
         if leg.attempt == 1 && tries == 1 {
             let overhead = self
@@ -526,7 +558,7 @@ impl Driver<'_> {
         }
         let ttft = committed.upstream_time;
         let end = attempt::stream(self.ctx, self.spec.timeouts.idle, committed, &body_tx).await;
-        let failure = end.err();
+        let failure = end.err().map(|f| self.spec.secrets.scrub_failure(f));
         self.observe(leg, failure.as_ref(), Some(ttft), Now::system());
         if let Some(f) = failure.as_ref().filter(|f| f.code != FailureCode::Aborted) {
             warn!(shim, route = %leg.route.name, code = %f.code, reason = %f.message, "stream failed after content; passed on to the client");

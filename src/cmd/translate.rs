@@ -6,9 +6,8 @@
 use std::io::{Read, Write};
 use std::process::ExitCode;
 
-use bytes::{Bytes, BytesMut};
-use shimgate_shim_api::sse::SseParser;
-use shimgate_shim_api::{FrameClass, StreamTranslator};
+use bytes::Bytes;
+use shimgate_shim_api::{Drive, StreamTranslator};
 
 use crate::cmd::cli::Leg;
 use crate::host;
@@ -30,52 +29,27 @@ pub fn translate_stream(
     input: &mut dyn Read,
     emit: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
-    let mut t = translator(shim, leg).ok_or_else(|| {
+    let t = translator(shim, leg).ok_or_else(|| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             format!("no shim {shim:?}"),
         )
     })?;
-    let mut parser = SseParser::new();
-    let mut out = BytesMut::new();
+    let mut drive = Drive::new(t);
     let mut buf = vec![0u8; 64 * 1024];
-    loop {
+    while !drive.is_done() {
         let n = match input.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-        parser.push(Bytes::copy_from_slice(&buf[..n]));
-        loop {
-            match parser.next_event() {
-                Ok(Some(ev)) => match t.event(&ev, &mut out) {
-                    FrameClass::End | FrameClass::Error(_) => {
-                        emit(&out)?;
-                        return Ok(());
-                    }
-                    FrameClass::Content | FrameClass::NotContent => {}
-                },
-                Ok(None) => break,
-                Err(e) => {
-                    let f = shimgate_shim_api::Failure::new(
-                        shimgate_shim_api::FailureCode::Server,
-                        e.to_string(),
-                    );
-                    t.fail(&f, &mut out);
-                    emit(&out)?;
-                    return Ok(());
-                }
-            }
-        }
+        let out = drive.push(Bytes::copy_from_slice(&buf[..n]));
         if !out.is_empty() {
-            emit(&out.split())?;
+            emit(&out)?;
         }
     }
-    if let FrameClass::Error(f) = t.eof(&mut out) {
-        t.fail(&f, &mut out);
-    }
-    emit(&out)
+    emit(&drive.finish())
 }
 
 /// One problem in a stream, as a proxy would see it (`frame` is 1-based, 0

@@ -17,7 +17,7 @@ pub const DEFAULT_KEEP_TURNS: usize = 2;
 
 /// Requests whose `max_tokens` is at most this pass untouched:
 /// billion-context treats them as side calls (titles and the like).
-pub const SIDE_REQUEST_MAX_TOKENS: u64 = 200;
+pub use shimgate_shim_api::openai::SIDE_REQUEST_MAX_TOKENS;
 
 /// Words taken from the start of each summarised message.
 const SUMMARY_WORDS: usize = 4;
@@ -49,10 +49,7 @@ pub struct Rewrite {
 /// Whether `body` is a side request left alone (`max_tokens` or
 /// `max_completion_tokens` at most [`SIDE_REQUEST_MAX_TOKENS`]).
 pub fn is_side_request(body: &Value) -> bool {
-    ["max_tokens", "max_completion_tokens"]
-        .iter()
-        .filter_map(|k| body.get(*k).and_then(Value::as_u64))
-        .any(|n| n <= SIDE_REQUEST_MAX_TOKENS)
+    shimgate_shim_api::openai::is_tiny(body)
 }
 
 /// Rewrites a chat request in place. `None`: left untouched (a side

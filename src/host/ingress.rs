@@ -20,6 +20,7 @@ use shimgate_shim_api::Shim;
 use tracing::{info_span, warn, Instrument};
 
 use super::openai_error;
+use super::proxy_answer::{self, Answer, Verdict};
 use super::translators::Counting;
 use super::{Host, RID_HEADER, RID_QUERY};
 use crate::app::exchange;
@@ -31,7 +32,7 @@ use crate::chain::{self, CallSpec, ChainResponse, TranslatorFactory};
 use crate::config::Config;
 use crate::http::body::ErrorCode;
 use crate::http::body::{self, Body, BoxError, ChannelBody};
-use crate::http::headers;
+use crate::http::headers::{self, Secrets};
 use crate::http::read::{content_length, read_body};
 
 /// Agent headers passed on to the proxy: only ones that help it keep a
@@ -203,16 +204,12 @@ async fn via_proxy<S: Shim>(
         }
         Err(e) => Err(format!("bad compressor URL {url}: {e}")),
     };
-    match attempt {
-        Ok(resp) if resp.status().is_success() || entry.reached() => {
-            host.set_effective(entry.reached());
-            relay(host, app, config, &taken.original, resp, Some(entry)).await
+    match proxy_answer::judge(attempt, &entry, config.timeouts.first_byte).await {
+        Verdict::Usable(answer) => {
+            host.set_effective(true);
+            relay(host, app, config, &taken.original, answer, Some(entry)).await
         }
-        failed => {
-            let why = match &failed {
-                Ok(resp) => format!("the compression proxy answered {}", resp.status()),
-                Err(e) => format!("the compression proxy is unreachable: {e}"),
-            };
+        Verdict::Failed { why, answer } => {
             if entry.abandon() {
                 stats.bump(Counter::Fallback);
                 host.set_effective(false);
@@ -222,13 +219,16 @@ async fn via_proxy<S: Shim>(
                 stats.error(why);
                 return direct(host, app, config, taken).await;
             }
-            // The return leg took the request meanwhile: pass the proxy's answer on.
+            // The return leg took the request meanwhile: its answer, through
+            // the proxy, is the agent's.
             host.set_effective(true);
-            match failed {
-                Ok(resp) => relay(host, app, config, &taken.original, resp, Some(entry)).await,
-                Err(e) => {
+            match answer {
+                Some(answer) => {
+                    relay(host, app, config, &taken.original, answer, Some(entry)).await
+                }
+                None => {
                     stats.error(format!("{why} after the return leg took rid {rid}"));
-                    body::error_response(ErrorCode::CompressorFailed, &e)
+                    body::error_response(ErrorCode::CompressorFailed, &why)
                 }
             }
         }
@@ -281,19 +281,18 @@ async fn relay<S: Shim>(
     app: &Arc<App>,
     config: &Config,
     original: &Arc<S::Original>,
-    resp: Response<Incoming>,
+    answer: Answer,
     pin: Option<Arc<RidEntry>>,
 ) -> Response<Body> {
-    let (parts, incoming) = resp.into_parts();
-    let is_sse = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.trim_start().starts_with("text/event-stream"));
+    let Answer {
+        parts,
+        read,
+        body: incoming,
+    } = answer;
     if !parts.status.is_success() {
         return proxy_error(host, app, parts, incoming).await;
     }
-    if !is_sse {
+    if !proxy_answer::is_sse(&parts.headers) {
         let mut headers = parts.headers;
         headers::strip_hop_by_hop(&mut headers);
         let mut out = Response::new(incoming.map_err(|e| Box::new(e) as BoxError).boxed());
@@ -314,7 +313,7 @@ async fn relay<S: Shim>(
         // leg (its own tool loop): keep the rid alive until the end.
         let _pin = pin;
         let _streaming = ctx.state.stream_started();
-        if let Err(f) = chain::relay(&ctx, idle, incoming, translator, &tx).await {
+        if let Err(f) = chain::relay(&ctx, idle, (read, incoming), translator, &tx).await {
             if f.code != shimgate_shim_api::FailureCode::Aborted {
                 stats.error(format!(
                     "the answer from the compression proxy broke off: {f}"
@@ -351,6 +350,7 @@ async fn direct<S: Shim>(
     let mut spec = CallSpec::new(config, name, "fallback", outbound, taken.received);
     spec.translator = Some(factory);
     spec.housekeeping = housekeeping;
+    spec.secrets = Secrets::of(&taken.headers);
     let resp = chain::call(&app.chain_ctx(), spec).await;
     if let ChainResponse::Failed(e) = &resp {
         app.shim_stats(name).error(e.message());

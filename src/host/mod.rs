@@ -11,6 +11,7 @@ pub mod codec;
 mod ingress;
 pub mod openai_error;
 pub mod passthrough;
+mod proxy_answer;
 mod return_leg;
 pub mod translators;
 

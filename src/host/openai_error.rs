@@ -14,12 +14,11 @@
 
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Response, StatusCode};
 use serde_json::{json, Map, Value};
-use shimgate_shim_api::sse::SseParser;
-use shimgate_shim_api::{Failure, FailureCode, FrameClass, StreamTranslator};
+use shimgate_shim_api::{Failure, FailureCode, StreamTranslator};
 
 use crate::chain::{ChainError, ChainResponse};
 use crate::config::Route;
@@ -261,27 +260,8 @@ pub fn context_limit_in(text: &str) -> Option<u64> {
 
 /// Runs a whole native answer through a translator, up to its end or error
 /// frame, as the chain would have before content.
-pub fn replay(mut translator: Box<dyn StreamTranslator>, native: &Bytes) -> Bytes {
-    let mut parser = SseParser::new();
-    let mut out = BytesMut::new();
-    parser.push(native.clone());
-    loop {
-        match parser.next_event() {
-            Ok(Some(ev)) => match translator.event(&ev, &mut out) {
-                FrameClass::End | FrameClass::Error(_) => return out.freeze(),
-                FrameClass::Content | FrameClass::NotContent => {}
-            },
-            Ok(None) => break,
-            Err(e) => {
-                translator.fail(&Failure::new(FailureCode::Server, e.to_string()), &mut out);
-                return out.freeze();
-            }
-        }
-    }
-    if let FrameClass::Error(f) = translator.eof(&mut out) {
-        translator.fail(&f, &mut out);
-    }
-    out.freeze()
+pub fn replay(translator: Box<dyn StreamTranslator>, native: &Bytes) -> Bytes {
+    shimgate_shim_api::translate_all(translator, [native.clone()])
 }
 
 /// The agent's answer inside a return-leg error the proxy passed on: the

@@ -24,6 +24,8 @@ pub async fn forward_raw(
 ) -> Response<Body> {
     let config = app.config();
     let housekeeping = is_housekeeping(&body);
+    let secrets = headers::Secrets::of(&parts.headers);
+    let idempotent = !matches!(parts.method, http::Method::POST | http::Method::PATCH);
     let outbound = Arc::new(FixedOutbound {
         method: parts.method,
         path_and_query: parts
@@ -35,6 +37,9 @@ pub async fn forward_raw(
     });
     let mut spec = CallSpec::new(&config, shim, kind, outbound, received);
     spec.housekeeping = housekeeping;
+    spec.secrets = secrets;
+    spec.passthrough = true;
+    spec.idempotent = idempotent;
     let resp = chain::call(&app.chain_ctx(), spec).await;
     if let chain::ChainResponse::Failed(e) = &resp {
         app.shim_stats(shim).error(e.message());

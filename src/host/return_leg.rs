@@ -18,6 +18,7 @@ use super::aggregate::Aggregate;
 use super::openai_error::{self, ErrorContext};
 use super::Host;
 use crate::app::exchange;
+use crate::app::rid::RidEntry;
 use crate::app::stats::Counter;
 use crate::app::App;
 use crate::chain::is_housekeeping;
@@ -27,20 +28,13 @@ use crate::http::body::{self, Body};
 use crate::http::headers::Secrets;
 use crate::http::read::{content_length, read_body};
 
-/// bili leaves requests with `max_tokens <= 200` alone (title generation
-/// and the like): they are side requests, not the agent's turns.
-pub const SIDE_REQUEST_MAX_TOKENS: u64 = 200;
-
 /// Whether a return-leg body is a side request: not streamed, or a tiny
-/// `max_tokens`. Side requests are counted apart so `folded` stays the
-/// proof of compressing the agent's own turns.
+/// `max_tokens` (bili leaves those alone: titles and the like). Side
+/// requests are counted apart so `folded` stays the proof of compressing
+/// the agent's own turns.
 pub fn is_side_request(body: &Value) -> bool {
     let streamed = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    let tiny = ["max_tokens", "max_completion_tokens"]
-        .iter()
-        .filter_map(|k| body.get(*k).and_then(Value::as_u64))
-        .any(|n| n <= SIDE_REQUEST_MAX_TOKENS);
-    !streamed || tiny
+    !streamed || shimgate_shim_api::openai::is_tiny(body)
 }
 
 /// What a proxy may add to a body that was within `limits.max_body_bytes`
@@ -70,100 +64,183 @@ pub(super) async fn handle<S: Shim>(
     let name = host.shim.name();
     let span = info_span!("return_leg", shim = name, rid = %rid);
     async move {
-        let stats = app.shim_stats(name);
-        stats.touch();
-        if req.method() != Method::POST {
-            return body::error_response(ErrorCode::MethodNotAllowed, "the return leg takes POST");
-        }
-        let Some(entry) = app.rids.get(&rid).filter(|e| e.shim == name) else {
-            return gone(&rid, "is unknown or expired");
+        app.shim_stats(name).touch();
+        let taken = match take(&host, &app, &rid, req).await {
+            Ok(t) => t,
+            Err(refused) => return refused,
         };
-        // The ingress's parsed copy while it is alive, else parse again.
-        let kept = entry.original.upgrade().and_then(|o| o.downcast::<S::Original>().ok());
-        let original = match kept {
-            Some(o) => o,
-            None => match host.shim.fold(&entry.native) {
-                Ok(f) => Arc::new(f.original),
-                Err(_) => return gone(&rid, "no longer parses"),
-            },
-        };
-        if !entry.claim() {
-            return gone(&rid, "was already answered directly because the proxy failed first");
-        }
-        let live = app.live();
-        let config = live.config.clone();
-        let declared = content_length(&req);
-        let bytes = match read_body(req.into_body(), declared, return_leg_limit(config.max_body_bytes)).await {
-            Ok(b) => b,
-            Err(e) => return e.into_response(),
-        };
-        let openai: Value = match serde_json::from_slice(&bytes) {
-            Ok(v @ Value::Object(_)) => v,
-            Ok(_) => return body::error_response(ErrorCode::BadRequest, "the request body is JSON but not an object"),
-            Err(e) => {
-                return body::error_response(ErrorCode::BadRequest, &format!("the request body is not JSON: {e}"))
-            }
-        };
-        let side = is_side_request(&openai);
-        if side {
-            stats.bump(Counter::SideRequests);
-        } else {
-            let ex = exchange::compare(&rid, &entry.sent, &exchange::summarize(&openai));
-            if ex.changed {
-                stats.bump(Counter::Compacted);
-                if ex.content_shrank() {
-                    stats.bump(Counter::Folded);
-                }
-            }
-            host.exchanges().push(ex);
-        }
-        let native = match host.shim.restore(&original, &openai) {
-            Ok(b) => Bytes::from(b),
-            Err(e) => {
-                let why = format!("the return leg could not restore the request ({e}): sent the original unchanged");
-                warn!("{why}");
-                stats.error(why);
-                entry.native.clone()
-            }
-        };
-        stats.bump(Counter::Forwarded);
-        let housekeeping = is_housekeeping(&bytes) || is_housekeeping(&entry.native);
-        let outbound = host.upstream.outbound(&config, native, &entry.path_and_query, &entry.headers, entry.encoded);
-        let streamed = openai.get("stream").and_then(Value::as_bool).unwrap_or(false);
-        // Translators read only these; the messages are not kept for the
-        // length of the stream.
-        let request = Arc::new(super::answer_shape(&openai));
-        let (h, shape) = (host.clone(), request.clone());
-        let factory: TranslatorFactory = Arc::new(move || Box::new(h.shim.return_leg(&shape)));
-        let mut spec = CallSpec::new(&config, name, "return", outbound, received);
-        spec.translator = Some(factory);
-        spec.housekeeping = housekeeping;
-        let resp = chain::call(&app.chain_ctx(), spec).await;
-        let secrets = Secrets::of(&entry.headers);
-        match &resp {
-            ChainResponse::Failed(e) => stats.error(secrets.scrub(&e.message())),
-            ChainResponse::Verbatim { failure: Some((f, route)), .. } => {
-                stats.error(secrets.scrub(&format!("{route}: {f}")));
-            }
-            _ => {}
-        }
-        if !matches!(resp, ChainResponse::Stream { .. }) {
-            // Before content, a failure is an HTTP error the proxy can act on.
-            let agent = || host.agent_translator(&request, &original);
-            let cx = ErrorContext {
-                routes: config.shim(name).map_or(&[], |s| s.routes.as_slice()),
-                secrets: &secrets,
-                agent_translator: &agent,
-            };
-            return openai_error::for_proxy(resp, &cx);
-        }
-        if streamed {
-            return resp.into_response();
-        }
-        aggregate(resp).await
+        account(&host, &app, &rid, &taken);
+        forward(&host, &app, taken, received).await
     }
     .instrument(span)
     .await
+}
+
+/// A return-leg request the rid registry knows, read and parsed.
+struct Taken<S: Shim> {
+    entry: Arc<RidEntry>,
+    original: Arc<S::Original>,
+    /// The body as the proxy sent it.
+    bytes: Bytes,
+    openai: Value,
+    config: Arc<crate::config::Config>,
+}
+
+/// Claims the rid and reads the proxy's body, or the answer refusing it
+/// (405, 410, 413, 400 with the reason).
+async fn take<S: Shim>(
+    host: &Arc<Host<S>>,
+    app: &Arc<App>,
+    rid: &str,
+    req: Request<Incoming>,
+) -> Result<Taken<S>, Response<Body>> {
+    let name = host.shim.name();
+    if req.method() != Method::POST {
+        return Err(body::error_response(
+            ErrorCode::MethodNotAllowed,
+            "the return leg takes POST",
+        ));
+    }
+    let Some(entry) = app.rids.get(rid).filter(|e| e.shim == name) else {
+        return Err(gone(rid, "is unknown or expired"));
+    };
+    // The ingress's parsed copy while it is alive, else parse again.
+    let kept = entry
+        .original
+        .upgrade()
+        .and_then(|o| o.downcast::<S::Original>().ok());
+    let original = match kept {
+        Some(o) => o,
+        None => match host.shim.fold(&entry.native) {
+            Ok(f) => Arc::new(f.original),
+            Err(_) => return Err(gone(rid, "no longer parses")),
+        },
+    };
+    if !entry.claim() {
+        return Err(gone(
+            rid,
+            "was already answered directly because the proxy failed first",
+        ));
+    }
+    let config = app.config();
+    let declared = content_length(&req);
+    let limit = return_leg_limit(config.max_body_bytes);
+    let bytes = read_body(req.into_body(), declared, limit)
+        .await
+        .map_err(|e| e.into_response())?;
+    let openai: Value = match serde_json::from_slice(&bytes) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => {
+            return Err(body::error_response(
+                ErrorCode::BadRequest,
+                "the request body is JSON but not an object",
+            ))
+        }
+        Err(e) => {
+            return Err(body::error_response(
+                ErrorCode::BadRequest,
+                &format!("the request body is not JSON: {e}"),
+            ))
+        }
+    };
+    Ok(Taken {
+        entry,
+        original,
+        bytes,
+        openai,
+        config,
+    })
+}
+
+/// Counts what the proxy did to the request (DESIGN §4).
+fn account<S: Shim>(host: &Host<S>, app: &App, rid: &str, t: &Taken<S>) {
+    let stats = app.shim_stats(host.shim.name());
+    if is_side_request(&t.openai) {
+        stats.bump(Counter::SideRequests);
+        return;
+    }
+    let ex = exchange::compare(rid, &t.entry.sent, &exchange::summarize(&t.openai));
+    if ex.changed {
+        stats.bump(Counter::Compacted);
+        if ex.content_shrank() {
+            stats.bump(Counter::Folded);
+        }
+    }
+    host.exchanges().push(ex);
+}
+
+/// Restores the native request, sends it upstream through the chain and
+/// answers the proxy: the stream, one aggregated completion for `stream:
+/// false`, or an OpenAI-shaped error before content.
+async fn forward<S: Shim>(
+    host: &Arc<Host<S>>,
+    app: &Arc<App>,
+    t: Taken<S>,
+    received: std::time::Instant,
+) -> Response<Body> {
+    let name = host.shim.name();
+    let stats = app.shim_stats(name);
+    let (entry, config) = (&t.entry, &t.config);
+    let native = match host.shim.restore(&t.original, &t.openai) {
+        Ok(b) => Bytes::from(b),
+        Err(e) => {
+            let why = format!(
+                "the return leg could not restore the request ({e}): sent the original unchanged"
+            );
+            warn!("{why}");
+            stats.error(why);
+            entry.native.clone()
+        }
+    };
+    stats.bump(Counter::Forwarded);
+    let housekeeping = is_housekeeping(&t.bytes) || is_housekeeping(&entry.native);
+    let outbound = host.upstream.outbound(
+        config,
+        native,
+        &entry.path_and_query,
+        &entry.headers,
+        entry.encoded,
+    );
+    let streamed = t
+        .openai
+        .get("stream")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    // Translators read only these; the messages are not kept for the
+    // length of the stream.
+    let request = Arc::new(super::answer_shape(&t.openai));
+    let (h, shape) = (host.clone(), request.clone());
+    let factory: TranslatorFactory = Arc::new(move || Box::new(h.shim.return_leg(&shape)));
+    let secrets = Secrets::of(&entry.headers);
+    let mut spec = CallSpec::new(config, name, "return", outbound, received);
+    spec.translator = Some(factory);
+    spec.housekeeping = housekeeping;
+    spec.secrets = secrets.clone();
+    let resp = chain::call(&app.chain_ctx(), spec).await;
+    match &resp {
+        ChainResponse::Failed(e) => stats.error(secrets.scrub(&e.message())),
+        ChainResponse::Verbatim {
+            failure: Some((f, route)),
+            ..
+        } => {
+            stats.error(secrets.scrub(&format!("{route}: {f}")));
+        }
+        _ => {}
+    }
+    if !matches!(resp, ChainResponse::Stream { .. }) {
+        // Before content, a failure is an HTTP error the proxy can act on.
+        let agent = || host.agent_translator(&request, &t.original);
+        let cx = ErrorContext {
+            routes: config.shim(name).map_or(&[], |s| s.routes.as_slice()),
+            secrets: &secrets,
+            agent_translator: &agent,
+        };
+        return openai_error::for_proxy(resp, &cx);
+    }
+    if streamed {
+        return resp.into_response();
+    }
+    aggregate(resp).await
 }
 
 /// Folds a streamed answer into one `chat.completion` JSON.

@@ -43,6 +43,15 @@ pub fn for_upstream(client: &HeaderMap) -> HeaderMap {
     h
 }
 
+/// Whether a head says `text/event-stream` (parameters and leading
+/// space allowed): the one test of "is this an SSE answer".
+pub fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.trim_start().starts_with("text/event-stream"))
+}
+
 /// Header names only, sorted: what `/status` may show.
 pub fn names(headers: &HeaderMap) -> Vec<String> {
     let mut v: Vec<String> = headers.keys().map(|k| k.as_str().to_string()).collect();
@@ -126,6 +135,17 @@ impl Secrets {
         values.sort_by_key(|v| std::cmp::Reverse(v.len()));
         values.dedup();
         Secrets { values }
+    }
+
+    /// `failure` with its reason scrubbed ([`Secrets::scrub`]).
+    pub fn scrub_failure(
+        &self,
+        mut failure: shimgate_shim_api::Failure,
+    ) -> shimgate_shim_api::Failure {
+        if !self.values.is_empty() {
+            failure.message = self.scrub(&failure.message);
+        }
+        failure
     }
 
     /// `text` with every credential value replaced by `***`, then the known

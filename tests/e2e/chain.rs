@@ -1,6 +1,8 @@
-//! The chain-failover engine over real sockets, shown on pass-through
-//! requests (the shims' return legs use the same engine; their tests cover
-//! the content rules). The rules themselves (retry or switch, backoff and
+//! The chain-failover engine over real sockets, shown on trae inference
+//! calls in direct mode (the rules that judge an answer) and on
+//! pass-through requests (which are never judged: any status reaches the
+//! client; only a call that got nothing back is retried or switched, and a
+//! POST only when it never reached the upstream). The rules themselves (retry or switch, backoff and
 //! Retry-After, cooldowns and their expiry) are table tests beside the code,
 //! on a clock the test sets: `src/chain/decide.rs` and `src/chain/state.rs`.
 //! What stays here needs a socket: real errors, resets and concurrent
@@ -13,6 +15,7 @@ use http::{Method, StatusCode};
 use serde_json::json;
 
 use crate::support::client::{self, next_chunk};
+use crate::support::trae;
 use crate::support::upstream::{Reply, Step, Upstream};
 use crate::support::{eventually, Gate};
 
@@ -33,6 +36,28 @@ fn config(routes: &[(&str, &Upstream)], extra: &str) -> String {
     t
 }
 
+/// A SOLO answer saying `text`.
+fn ok(text: &str) -> Reply {
+    trae::reply(&trae::answer(text, None, 10))
+}
+
+/// A TRAE agent's inference call (the chain judges its answer).
+async fn infer(gate: &Gate) -> client::Resp {
+    client::send(
+        Method::POST,
+        &format!("{}{}", gate.trae, trae::PATH),
+        &[("content-type", "application/json")],
+        serde_json::to_vec(&trae::body(&[trae::text("user", "hi")])).unwrap(),
+    )
+    .await
+}
+
+/// The text a TRAE agent read.
+fn said(resp: &client::Resp) -> String {
+    shimgate_testkit::trae::digest(&resp.body).text
+}
+
+/// A pass-through request (never judged by its answer).
 async fn post(gate: &Gate, body: &str) -> client::Resp {
     client::send(
         Method::POST,
@@ -48,13 +73,13 @@ async fn retries_a_502_then_succeeds() {
     let up = Upstream::sequence(vec![
         Reply::json(502, "bad gateway"),
         Reply::json(502, "bad gateway"),
-        Reply::json(200, r#"{"ok":true}"#),
+        ok("ok"),
     ])
     .await;
     let gate = Gate::start(&config(&[("r1", &up)], "")).await;
-    let resp = post(&gate, "{}").await;
+    let resp = infer(&gate).await;
     assert_eq!(resp.status, StatusCode::OK);
-    assert_eq!(resp.json(), json!({"ok": true}));
+    assert_eq!(said(&resp), "ok");
     assert_eq!(up.hits(), 3);
     let st = gate.status().await;
     let log = st["chain"]["log"].as_array().unwrap();
@@ -76,12 +101,12 @@ async fn retries_a_502_then_succeeds() {
 async fn an_upstream_retry_after_is_read_and_waited_before_the_retry() {
     let up = Upstream::sequence(vec![
         Reply::json_with(429, &[("retry-after-ms", "100")], "slow down"),
-        Reply::json(200, "{}"),
+        ok("ok"),
     ])
     .await;
     let gate = Gate::start(&config(&[("r1", &up)], "")).await;
     let t0 = Instant::now();
-    let resp = post(&gate, "{}").await;
+    let resp = infer(&gate).await;
     assert_eq!(resp.status, StatusCode::OK);
     assert!(
         t0.elapsed() >= Duration::from_millis(100),
@@ -95,9 +120,9 @@ async fn an_upstream_retry_after_is_read_and_waited_before_the_retry() {
 #[tokio::test]
 async fn retry_after_over_the_cap_switches_at_once() {
     let r1 = Upstream::always(Reply::json_with(429, &[("retry-after", "60")], "slow down")).await;
-    let r2 = Upstream::always(Reply::json(200, "{}")).await;
+    let r2 = Upstream::always(ok("ok")).await;
     let gate = Gate::start(&config(&[("r1", &r1), ("r2", &r2)], "")).await;
-    assert_eq!(post(&gate, "{}").await.status, StatusCode::OK);
+    assert_eq!(infer(&gate).await.status, StatusCode::OK);
     assert_eq!((r1.hits(), r2.hits()), (1, 1), "switched, not retried");
     let st = gate.status().await;
     let call = &st["chain"]["calls"][0];
@@ -111,9 +136,9 @@ async fn retry_after_over_the_cap_switches_at_once() {
 async fn context_window_exceeded_never_switches() {
     let body = r#"{"error":{"code":"context_length_exceeded","message":"too long"}}"#;
     let r1 = Upstream::always(Reply::json(400, body)).await;
-    let r2 = Upstream::always(Reply::json(200, "{}")).await;
+    let r2 = Upstream::always(ok("ok")).await;
     let gate = Gate::start(&config(&[("r1", &r1), ("r2", &r2)], "")).await;
-    let resp = post(&gate, "{}").await;
+    let resp = infer(&gate).await;
     assert_eq!(resp.status, StatusCode::BAD_REQUEST);
     assert_eq!(
         resp.text(),
@@ -125,9 +150,9 @@ async fn context_window_exceeded_never_switches() {
 
 #[tokio::test]
 async fn reset_before_the_head_is_retried() {
-    let up = Upstream::sequence(vec![Reply::default().reset(), Reply::json(200, "{}")]).await;
+    let up = Upstream::sequence(vec![Reply::default().reset(), ok("ok")]).await;
     let gate = Gate::start(&config(&[("r1", &up)], "")).await;
-    assert_eq!(post(&gate, "{}").await.status, StatusCode::OK);
+    assert_eq!(infer(&gate).await.status, StatusCode::OK);
     assert_eq!(up.hits(), 2);
     let log = gate.status().await["chain"]["log"].clone();
     assert_eq!(log[0]["code"], "TRANSPORT");
@@ -176,8 +201,9 @@ async fn client_leaving_during_backoff_stops_the_retries() {
         up.url()
     ))
     .await;
-    let url = format!("{}{PATH}", gate.trae);
-    let client = tokio::spawn(async move { client::get(&url).await });
+    let url = format!("{}{}", gate.trae, trae::PATH);
+    let body = serde_json::to_vec(&trae::body(&[trae::text("user", "hi")])).unwrap();
+    let client = tokio::spawn(async move { client::send(Method::POST, &url, &[], body).await });
     assert!(
         eventually(Duration::from_secs(3), || async {
             gate.status().await["chain"]["log"][0]["willRetry"] == true
@@ -263,19 +289,15 @@ async fn client_leaving_mid_stream_closes_the_upstream_connection() {
 // `state::a_cooled_route_comes_back_when_its_cooldown_ends`.
 #[tokio::test]
 async fn quota_cools_the_route_and_the_next_call_skips_it() {
-    let r1 = Upstream::sequence(vec![
-        Reply::json(402, "payment required"),
-        Reply::json(200, r#"{"r":1}"#),
-    ])
-    .await;
-    let r2 = Upstream::always(Reply::json(200, r#"{"r":2}"#)).await;
+    let r1 = Upstream::sequence(vec![Reply::json(402, "payment required"), ok("one")]).await;
+    let r2 = Upstream::always(ok("two")).await;
     let gate = Gate::start(&config(
         &[("r1", &r1), ("r2", &r2)],
         "[ordering]\nquota_cooldown_ms = 600000\n",
     ))
     .await;
-    assert_eq!(post(&gate, "{}").await.json(), json!({"r": 2}));
-    assert_eq!(post(&gate, "{}").await.json(), json!({"r": 2}));
+    assert_eq!(said(&infer(&gate).await), "two");
+    assert_eq!(said(&infer(&gate).await), "two");
     assert_eq!(r1.hits(), 1, "the cooling route is skipped");
     let st = gate.status().await;
     assert_eq!(st["chain"]["ordering"]["cooldown"][0]["route"], "r1");
@@ -322,7 +344,7 @@ async fn all_routes_failing_gives_502_listing_each_route() {
         &config(&[("r1", &r1), ("r2", &r2)], "").replace("max_retries = 3", "max_retries = 1"),
     )
     .await;
-    let resp = post(&gate, "{}").await;
+    let resp = infer(&gate).await;
     assert_eq!(resp.status, StatusCode::BAD_GATEWAY);
     let err = &resp.json()["error"];
     assert_eq!(err["code"], "AUTO_ROUTES_EXHAUSTED");
@@ -475,4 +497,96 @@ async fn a_whole_passthrough_answer_is_logged_ok_never_aborted() {
     );
     let route = &gate.status().await["chain"]["routes"]["trae"][0];
     assert_eq!(route["failures"], json!({}), "{route}");
+}
+
+// DESIGN §5 "Pass-through": whatever the upstream answers reaches the
+// client as it is, and 3xx is never a failure (a POST answered 302 was
+// once sent twice and answered 502).
+#[tokio::test]
+async fn a_pass_through_post_answered_302_reaches_the_client_once() {
+    let up = Upstream::always(Reply::json_with(
+        302,
+        &[("location", "https://login.example/again")],
+        "{}",
+    ))
+    .await;
+    let gate = Gate::start(&config(&[("r1", &up), ("r2", &up)], "")).await;
+    let resp = post(&gate, "{}").await;
+    assert_eq!(resp.status, StatusCode::FOUND);
+    assert_eq!(resp.headers["location"], "https://login.example/again");
+    assert_eq!(up.hits(), 1, "sent once, never retried or switched");
+}
+
+// A TRAE token refresh that is refused must see the 401, not a 502.
+#[tokio::test]
+async fn pass_through_401_and_404_reach_the_client_as_the_upstream_sent_them() {
+    for (status, body) in [
+        (401, r#"{"code":1001,"message":"token expired"}"#),
+        (404, "no such path"),
+    ] {
+        let up = Upstream::always(Reply::json(status, body)).await;
+        let gate = Gate::start(&config(&[("r1", &up), ("r2", &up)], "")).await;
+        let resp = post(&gate, "{}").await;
+        assert_eq!(resp.status.as_u16(), status);
+        assert_eq!(resp.text(), body);
+        assert_eq!(up.hits(), 1, "{status}: not retried, not switched");
+    }
+}
+
+#[tokio::test]
+async fn a_pass_through_post_reset_after_it_was_sent_is_not_sent_again() {
+    let up = Upstream::always(Reply::default().reset()).await;
+    let gate = Gate::start(&config(&[("r1", &up), ("r2", &up)], "")).await;
+    let resp = post(&gate, r#"{"refresh":"token"}"#).await;
+    assert_eq!(resp.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(
+        up.hits(),
+        1,
+        "the upstream may have acted on it: never resent"
+    );
+}
+
+#[tokio::test]
+async fn a_pass_through_get_reset_before_the_head_is_retried() {
+    let up = Upstream::sequence(vec![
+        Reply::default().reset(),
+        Reply::json(200, r#"{"ok":1}"#),
+    ])
+    .await;
+    let gate = Gate::start(&config(&[("r1", &up)], "")).await;
+    let resp = client::send(Method::GET, &format!("{}{PATH}", gate.trae), &[], "").await;
+    assert_eq!(resp.status, StatusCode::OK);
+    assert_eq!(
+        up.hits(),
+        2,
+        "nothing came back and GET is idempotent: retried"
+    );
+}
+
+// An inference answer that is 2xx but not the event stream asked for (a
+// maintenance page) was handed to the agent as a success.
+#[tokio::test]
+async fn an_inference_200_html_page_is_a_classified_failure_and_switches() {
+    let r1 = Upstream::always(
+        Reply::head(200, &[("content-type", "text/html")])
+            .chunk("<html><body>down for maintenance</body></html>")
+            .end(),
+    )
+    .await;
+    let r2 = Upstream::always(ok("from r2")).await;
+    let gate = Gate::start(
+        &config(&[("r1", &r1), ("r2", &r2)], "").replace("max_retries = 3", "max_retries = 1"),
+    )
+    .await;
+    let resp = infer(&gate).await;
+    assert_eq!(said(&resp), "from r2");
+    assert_eq!(r1.hits(), 2, "SERVER is retried in place first");
+    let st = gate.status().await;
+    let route = &st["chain"]["calls"][0]["routes"][0];
+    assert_eq!(route["code"], "SERVER");
+    let reason = route["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("text/html") && reason.contains("maintenance"),
+        "{reason}"
+    );
 }

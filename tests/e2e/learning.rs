@@ -1,6 +1,7 @@
-//! Failover that learns (DESIGN §5), through the real binary: the route
-//! state file across restarts, measured ordering, the breaker, the retry
-//! budget and the hand controls. The rules themselves are table tests on
+//! Failover that learns (DESIGN §5), through the real binary, on TRAE
+//! inference calls in direct mode (the calls whose answers the chain
+//! judges): the route state file across restarts, measured ordering, the
+//! breaker, the retry budget and the hand controls. The rules themselves are table tests on
 //! the pure core (`src/chain/{rank,breaker,budget,rest,decide}.rs`); these
 //! show them reaching a real upstream and surviving a real restart. Times
 //! are tens of milliseconds, and every wait polls.
@@ -16,9 +17,8 @@ use serde_json::{json, Value};
 use crate::support::bin::{tempdir, Served};
 use crate::support::client;
 use crate::support::eventually;
+use crate::support::trae;
 use crate::support::upstream::{Reply, Step, Upstream};
-
-const PATH: &str = "/api/ide/v1/get_detail_param";
 
 /// A config with trae routes on `routes`, fast backoff, and `extra`.
 fn config(routes: &[(&str, &Upstream)], extra: &str) -> String {
@@ -47,14 +47,20 @@ fn routes_json(file: &Path) -> PathBuf {
     file.with_extension("state").join("shimgate/routes.json")
 }
 
+/// A TRAE agent's inference call.
 async fn call(served: &Served) -> client::Resp {
     client::send(
         Method::POST,
-        &format!("{}{PATH}", served.trae),
+        &format!("{}{}", served.trae, trae::PATH),
         &[("content-type", "application/json")],
-        "{}",
+        serde_json::to_vec(&trae::body(&[trae::text("user", "hi")])).unwrap(),
     )
     .await
+}
+
+/// The text the agent read.
+fn said(resp: &client::Resp) -> String {
+    shimgate_testkit::trae::digest(&resp.body).text
 }
 
 async fn status(served: &Served) -> Value {
@@ -102,8 +108,9 @@ async fn file_says(file: &Path, check: impl Fn(&Value) -> bool) -> bool {
     .await
 }
 
+/// A SOLO answer saying `r{n}`.
 fn ok_reply(n: u32) -> Reply {
-    Reply::json(200, &format!("{{\"r\":{n}}}"))
+    trae::reply(&trae::answer(&format!("r{n}"), None, 10))
 }
 
 #[tokio::test]
@@ -119,7 +126,7 @@ async fn a_quota_cooldown_survives_a_restart_with_the_same_until() {
         ),
     );
     let served = Served::start(&file, &[], &[]);
-    assert_eq!(call(&served).await.json(), json!({"r": 2}));
+    assert_eq!(said(&call(&served).await), "r2");
     let st = status(&served).await;
     let eff = &st["chain"]["ordering"]["effective"]["trae"];
     assert_eq!(
@@ -154,7 +161,7 @@ async fn a_quota_cooldown_survives_a_restart_with_the_same_until() {
         st["chain"]["routes"]["trae"][0]["attempts"], 1,
         "counters kept"
     );
-    assert_eq!(call(&served).await.json(), json!({"r": 2}));
+    assert_eq!(said(&call(&served).await), "r2");
     assert_eq!(
         r1.hits(),
         1,
@@ -172,7 +179,7 @@ async fn ttl_zero_keeps_no_route_state_file() {
         &config(&[("r1", &r1), ("r2", &r2)], "[state]\nttl_ms = 0\n"),
     );
     let served = Served::start(&file, &[], &[]);
-    assert_eq!(call(&served).await.json(), json!({"r": 2}));
+    assert_eq!(said(&call(&served).await), "r2");
     assert_eq!(
         status(&served).await["chain"]["stateFile"]["atStart"],
         "off"
@@ -193,7 +200,7 @@ async fn a_corrupt_state_file_is_a_warning_and_serve_starts() {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, "{\"version\": 1, \"savedAtMs\": \"yesterday\"").unwrap();
     let served = Served::start(&file, &[], &[]);
-    assert_eq!(call(&served).await.json(), json!({"r": 1}));
+    assert_eq!(said(&call(&served).await), "r1");
     let st = status(&served).await;
     assert_eq!(st["chain"]["stateFile"]["atStart"], "unreadable");
     let log = served.stderr();
@@ -242,7 +249,10 @@ async fn measured_mode_moves_a_slow_flaky_first_route_behind_a_fast_one_and_back
     );
     let mut demoted_after = None;
     for n in 1..=20 {
-        assert_eq!(call(&served).await.status, StatusCode::OK);
+        assert!(
+            !said(&call(&served).await).is_empty(),
+            "every call is answered"
+        );
         if effective(&served).await[0].0 == "r2" {
             demoted_after = Some(n);
             break;
@@ -259,7 +269,7 @@ async fn measured_mode_moves_a_slow_flaky_first_route_behind_a_fast_one_and_back
     assert!(row["samples"].as_u64().unwrap() >= 3, "{row}");
     let hits = r1.hits();
     for _ in 0..3 {
-        assert_eq!(call(&served).await.json(), json!({"r": 2}));
+        assert_eq!(said(&call(&served).await), "r2");
     }
     assert_eq!(r1.hits(), hits, "demoted after {n} calls: r2 answers first");
 
@@ -277,7 +287,7 @@ async fn measured_mode_moves_a_slow_flaky_first_route_behind_a_fast_one_and_back
         started.elapsed() >= Duration::from_millis(1000),
         "not before its record aged out"
     );
-    assert_eq!(call(&served).await.json(), json!({"r": 1}));
+    assert_eq!(said(&call(&served).await), "r1");
 }
 
 #[tokio::test]
@@ -290,7 +300,7 @@ async fn the_breaker_opens_lets_one_call_through_and_doubles_on_failure() {
     let file = write(&dir, &config(&[("r1", &r1), ("r2", &r2)], extra));
     let served = Served::start(&file, &[], &[]);
     for _ in 0..3 {
-        assert_eq!(call(&served).await.json(), json!({"r": 2}));
+        assert_eq!(said(&call(&served).await), "r2");
     }
     assert_eq!(r1.hits(), 3);
     let breaker = |st: &Value| st["chain"]["routes"]["trae"][0]["breaker"].clone();
@@ -302,7 +312,7 @@ async fn the_breaker_opens_lets_one_call_through_and_doubles_on_failure() {
         pairs(&[("r2", "configured"), ("r1", "breaker-open")])
     );
     for _ in 0..3 {
-        assert_eq!(call(&served).await.json(), json!({"r": 2}));
+        assert_eq!(said(&call(&served).await), "r2");
     }
     assert_eq!(r1.hits(), 3, "skipped while open");
     let metrics = client::get(&format!("{}/metrics", served.trae))
@@ -322,7 +332,7 @@ async fn the_breaker_opens_lets_one_call_through_and_doubles_on_failure() {
     );
     let calls: Vec<_> = (0..4).map(|_| call(&served)).collect();
     for resp in futures_util::future::join_all(calls).await {
-        assert_eq!(resp.json(), json!({"r": 2}));
+        assert_eq!(said(&resp), "r2");
     }
     assert_eq!(r1.hits(), 4, "one probe");
     let st = status(&served).await;
@@ -344,7 +354,7 @@ async fn the_breaker_opens_lets_one_call_through_and_doubles_on_failure() {
         "{:?}",
         reopened.elapsed()
     );
-    assert_eq!(call(&served).await.json(), json!({"r": 2}));
+    assert_eq!(said(&call(&served).await), "r2");
     assert_eq!(r1.hits(), 5);
     assert_eq!(breaker(&status(&served).await)["openMs"], 1200);
 }
@@ -398,8 +408,8 @@ async fn pin_disable_enable_unpin_and_reset_work_and_survive_a_restart() {
     let file = write(&dir, &config(&[("q", &q), ("r2", &r2), ("r3", &r3)], ""));
     let served = Served::start(&file, &[], &[]);
     assert_eq!(
-        call(&served).await.json(),
-        json!({"r": 2}),
+        said(&call(&served).await),
+        "r2",
         "q cools on its quota wall"
     );
 
@@ -414,7 +424,7 @@ async fn pin_disable_enable_unpin_and_reset_work_and_survive_a_restart() {
     assert_eq!(r.status, StatusCode::OK);
     let pinned_disabled = pairs(&[("r3", "pinned"), ("q", "cooling"), ("r2", "disabled")]);
     assert_eq!(order(&r.json()["effective"]), pinned_disabled);
-    assert_eq!(call(&served).await.json(), json!({"r": 3}));
+    assert_eq!(said(&call(&served).await), "r3");
 
     for (path, body, named) in [
         ("/routes/nosuch/pin", json!({"route": "r2"}), "nosuch"),
@@ -445,7 +455,7 @@ async fn pin_disable_enable_unpin_and_reset_work_and_survive_a_restart() {
         pinned_disabled,
         "kept across the restart"
     );
-    assert_eq!(call(&served).await.json(), json!({"r": 3}));
+    assert_eq!(said(&call(&served).await), "r3");
     let r = control(&served, "/routes/reset", json!({})).await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(
@@ -501,7 +511,7 @@ async fn a_reset_an_upstream_states_is_honoured_but_capped_at_26_hours() {
     );
     let served = Served::start(&file, &[], &[]);
     let before = std::time::SystemTime::now();
-    assert_eq!(call(&served).await.json(), json!({"r": 3}));
+    assert_eq!(said(&call(&served).await), "r3");
     let st = status(&served).await;
     let until = |i: usize| {
         let text = st["chain"]["routes"]["trae"][i]["cooldownUntil"]

@@ -31,6 +31,34 @@ use shimgate_testkit::check_openai;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
+/// A proxy that answers without ever calling its upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Misbehave {
+    /// 200 with bytes that are not an event stream.
+    Garbage,
+    /// 200 with a JSON body.
+    Json,
+    /// 200 event-stream head, one frame, then the stream ends.
+    CutStream,
+}
+
+fn misbehave(m: Misbehave) -> Response<BoxBody> {
+    let (ct, body) = match m {
+        Misbehave::Garbage => ("text/plain", "\u{1}\u{2}garbage, not a stream"),
+        Misbehave::Json => (
+            "application/json",
+            r#"{"choices":[{"message":{"content":"from the proxy"}}]}"#,
+        ),
+        Misbehave::CutStream => (
+            "text/event-stream",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"half\"}}]}\n\n",
+        ),
+    };
+    let mut r = whole(StatusCode::OK, body);
+    r.headers_mut().insert("content-type", ct.parse().unwrap());
+    r
+}
+
 /// How the proxy treats the answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -50,6 +78,8 @@ pub struct Options {
     pub keep_recent: usize,
     /// Answer every request with this status without forwarding.
     pub fail_with: Option<u16>,
+    /// Answer every request this way without forwarding.
+    pub misbehave: Option<Misbehave>,
     /// POST the same URL this many extra times before the real one (a tool loop).
     pub extra_posts: usize,
     /// `Mode::Bili`: the context window in tokens (its pressure band is
@@ -64,6 +94,7 @@ impl Default for Options {
             threshold: 4000,
             keep_recent: 4,
             fail_with: None,
+            misbehave: None,
             extra_posts: 0,
             window_tokens: 16_000,
         }
@@ -257,6 +288,9 @@ impl TestProxy {
         options: &Options,
     ) -> Response<BoxBody> {
         self.requests.fetch_add(1, Ordering::SeqCst);
+        if let Some(m) = options.misbehave {
+            return misbehave(m);
+        }
         if let Some(status) = options.fail_with {
             return whole(StatusCode::from_u16(status).unwrap(), "proxy says no");
         }

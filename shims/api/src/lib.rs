@@ -8,10 +8,11 @@
 pub mod failure;
 pub mod json;
 pub mod json_scan;
+pub mod openai;
 pub mod shim;
 pub mod sse;
 pub mod translate;
 
 pub use failure::{Failure, FailureCode};
 pub use shim::{Folded, Shim, ShimError};
-pub use translate::{FrameClass, StreamTranslator};
+pub use translate::{translate_all, Drive, FrameClass, StreamTranslator};

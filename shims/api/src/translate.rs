@@ -7,10 +7,10 @@
 //! [`FrameClass::Content`], so an attempt that fails before any content can
 //! still be retried or switched without the client seeing a byte of it.
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 
 use crate::failure::{Failure, FailureCode};
-use crate::sse::SseEvent;
+use crate::sse::{SseEvent, SseParser};
 
 /// What one upstream frame means to the chain.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,4 +55,105 @@ pub trait StreamTranslator: Send + 'static {
     /// output wire and end the stream (called once, for failures the
     /// translator did not see itself: resets, timeouts, shutdown).
     fn fail(&mut self, failure: &Failure, out: &mut BytesMut);
+}
+
+/// A boxed translator is a translator (the runtime holds them boxed).
+impl<T: StreamTranslator + ?Sized> StreamTranslator for Box<T> {
+    fn event(&mut self, event: &SseEvent, out: &mut BytesMut) -> FrameClass {
+        (**self).event(event, out)
+    }
+
+    fn eof(&mut self, out: &mut BytesMut) -> FrameClass {
+        (**self).eof(out)
+    }
+
+    fn fail(&mut self, failure: &Failure, out: &mut BytesMut) {
+        (**self).fail(failure, out)
+    }
+}
+
+/// One translator run over a whole stream, offline (a capture, a held
+/// error, a test), the way the runtime runs it before content: events
+/// until its end or an error frame, then [`StreamTranslator::eof`] when the
+/// input ends, and [`StreamTranslator::fail`] for input that does not parse.
+pub struct Drive<T> {
+    translator: T,
+    parser: SseParser,
+    out: BytesMut,
+    done: bool,
+}
+
+impl<T: StreamTranslator> Drive<T> {
+    /// A run of `translator`.
+    pub fn new(translator: T) -> Self {
+        Drive {
+            translator,
+            parser: SseParser::new(),
+            out: BytesMut::new(),
+            done: false,
+        }
+    }
+
+    /// Feeds the next chunk; returns what the translator wrote for it
+    /// (nothing once the stream is over).
+    pub fn push(&mut self, chunk: Bytes) -> Bytes {
+        if !self.done {
+            self.parser.push(chunk);
+            self.drain();
+        }
+        self.out.split().freeze()
+    }
+
+    /// Whether the translator saw the end (or an error).
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// The input ended: the closing frames, if any.
+    pub fn finish(mut self) -> Bytes {
+        if !self.done {
+            if let FrameClass::Error(f) = self.translator.eof(&mut self.out) {
+                self.translator.fail(&f, &mut self.out);
+            }
+        }
+        self.out.freeze()
+    }
+
+    fn drain(&mut self) {
+        loop {
+            match self.parser.next_event() {
+                Ok(Some(ev)) => match self.translator.event(&ev, &mut self.out) {
+                    FrameClass::End | FrameClass::Error(_) => {
+                        self.done = true;
+                        return;
+                    }
+                    FrameClass::Content | FrameClass::NotContent => {}
+                },
+                Ok(None) => return,
+                Err(e) => {
+                    let f = Failure::new(FailureCode::Server, e.to_string());
+                    self.translator.fail(&f, &mut self.out);
+                    self.done = true;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Everything `translator` writes for the stream `chunks`.
+pub fn translate_all<T: StreamTranslator>(
+    translator: T,
+    chunks: impl IntoIterator<Item = Bytes>,
+) -> Bytes {
+    let mut drive = Drive::new(translator);
+    let mut out = BytesMut::new();
+    for chunk in chunks {
+        out.extend_from_slice(&drive.push(chunk));
+        if drive.is_done() {
+            return out.freeze();
+        }
+    }
+    out.extend_from_slice(&drive.finish());
+    out.freeze()
 }

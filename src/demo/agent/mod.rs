@@ -80,7 +80,7 @@ pub async fn post(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if !ct.starts_with("text/event-stream") {
+    if !crate::http::headers::is_event_stream(&parts.headers) {
         return Err(format!(
             "content-type {ct:?} instead of text/event-stream: {}",
             quote(&body)
