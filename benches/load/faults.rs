@@ -118,11 +118,21 @@ impl Fault {
     /// The answer of a pass-through call (not a stream).
     pub fn passthrough_reply(self, call: u64) -> Reply {
         match self {
-            Fault::Http502 => Reply::json_sized(502, &[], "{\"message\":\"bad gateway\"}"),
+            Fault::Http502 => Reply::json_sized(502, &[], PASSTHROUGH_502),
             Fault::StallFirstByte => Reply::default().then(Step::Hold),
             _ => Reply::json_sized(200, &[], &passthrough_body(call)),
         }
     }
+}
+
+/// A pass-through 502's body, which the client must get as it is.
+pub const PASSTHROUGH_502: &str = "{\"message\":\"bad gateway\"}";
+
+/// The rule for a pass-through POST's try (DESIGN §5 "Pass-through"):
+/// whatever came back is the client's, and a POST that got no answer may
+/// have reached the upstream, so nothing is ever sent again.
+pub fn passthrough_next(_fault: Fault) -> Next {
+    Next::Stop
 }
 
 /// The body a pass-through call must get back, byte for byte.

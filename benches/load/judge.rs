@@ -65,7 +65,12 @@ pub fn judge(
         f.add("malformed", format!("SOLO body refused: {b}"));
     }
     judge_counters(&mut f, settings, results, &status);
-    judge_routes(&mut f, &hits, &status);
+    let passthrough: std::collections::HashSet<u64> = results
+        .iter()
+        .filter(|r| r.plan.passthrough)
+        .map(|r| r.call)
+        .collect();
+    judge_routes(&mut f, &hits, &passthrough, &status);
     let (budget_exhausted, breaker_opens) = learnt(&status);
     if skipped as u64 > budget_exhausted + breaker_opens {
         f.add(
@@ -150,7 +155,12 @@ fn judge_tries(f: &mut Findings, r: &CallResult, tries: &[Hit], strict: bool) ->
             used.push(&h.route);
         }
         let next = tries.get(i + 1);
-        match (RULES.next(h.fault, on_route), next) {
+        let rule = if r.plan.passthrough {
+            faults::passthrough_next(h.fault)
+        } else {
+            RULES.next(h.fault, on_route)
+        };
+        match (rule, next) {
             (faults::Next::Stop, Some(n)) => f.add(
                 "double-send",
                 format!(
@@ -203,33 +213,19 @@ fn describe(seen: &Seen, broken: Option<&str>) -> String {
     s
 }
 
-/// qoder: every try of one return-leg request carries the same
-/// `request_id`, and no two calls share one.
+/// qoder: every try carries a `request_id` of its own (qoder refuses a
+/// reused one with 103), so no id repeats, within a call or across calls.
+/// (Whether one request was sent twice is the tries' business:
+/// [`judge_tries`] flags any try after a commit or a final failure.)
 fn judge_request_ids(f: &mut Findings, call: u64, tries: &[Hit], seen: &mut HashMap<String, u64>) {
-    let mut ids: Vec<&str> = tries
-        .iter()
-        .filter_map(|h| h.request_id.as_deref())
-        .collect();
-    ids.dedup();
-    if ids.len() > 1 {
-        f.add(
-            "double-send",
-            format!(
-                "call {call}: {} different request_ids upstream (one request sent as two)",
-                ids.len()
-            ),
-        );
-    }
-    for id in ids {
+    for id in tries.iter().filter_map(|h| h.request_id.as_deref()) {
         if let Some(other) = seen.insert(id.to_string(), call) {
-            if other != call {
-                f.add(
-                    "double-send",
-                    format!(
-                        "calls {other} and {call} reached the upstream with the same request_id"
-                    ),
-                );
-            }
+            let what = if other == call {
+                format!("call {call}: a retry reused the request_id {id} (qoder answers 103)")
+            } else {
+                format!("calls {other} and {call} reached the upstream with the same request_id")
+            };
+            f.add("double-send", what);
         }
     }
 }
@@ -237,10 +233,16 @@ fn judge_request_ids(f: &mut Findings, call: u64, tries: &[Hit], seen: &mut Hash
 /// A pass-through answer is the upstream's, byte for byte.
 fn judge_passthrough(f: &mut Findings, r: &CallResult, tries: &[Hit]) -> bool {
     let last = tries.last().map(|h| h.fault);
-    match last {
-        Some(Fault::Ok) => {
-            let want = faults::passthrough_body(r.call);
-            if r.seen.status != 200 || r.body.as_ref() != want.as_bytes() {
+    // What came back reaches the client as it is: the whole answer, or
+    // the upstream's own error answer.
+    let passed_on = match last {
+        Some(Fault::Ok) => Some((200, faults::passthrough_body(r.call))),
+        Some(Fault::Http502) => Some((502, faults::PASSTHROUGH_502.to_string())),
+        _ => None,
+    };
+    match passed_on {
+        Some((status, want)) => {
+            if r.seen.status != status || r.body.as_ref() != want.as_bytes() {
                 f.add(
                     "lost-or-duplicated",
                     format!(
@@ -251,9 +253,10 @@ fn judge_passthrough(f: &mut Findings, r: &CallResult, tries: &[Hit]) -> bool {
                     ),
                 );
             }
-            true
+            status == 200
         }
-        _ => {
+        None => {
+            // Nothing came back: shimgate's one error.
             if r.seen.errors != 1 {
                 f.add(
                     "final-error",
@@ -446,13 +449,22 @@ fn judge_counters(f: &mut Findings, settings: &Settings, results: &[CallResult],
 
 /// The chain's per-route counters match what the upstream saw: one
 /// logged attempt per request received, and the same failure codes.
-fn judge_routes(f: &mut Findings, hits: &HashMap<u64, Vec<Hit>>, st: &Value) {
+fn judge_routes(
+    f: &mut Findings,
+    hits: &HashMap<u64, Vec<Hit>>,
+    passthrough: &std::collections::HashSet<u64>,
+    st: &Value,
+) {
     let mut want: BTreeMap<String, (u64, BTreeMap<String, u64>)> = BTreeMap::new();
-    for h in hits.values().flatten() {
-        let e = want.entry(h.route.clone()).or_default();
-        e.0 += 1;
-        if let Some(code) = h.fault.code() {
-            *e.1.entry(code.to_string()).or_default() += 1;
+    for (call, tries) in hits {
+        for h in tries {
+            let e = want.entry(h.route.clone()).or_default();
+            e.0 += 1;
+            // A pass-through answer that came back, any status, is no failure.
+            let answered = passthrough.contains(call) && h.fault == Fault::Http502;
+            if let Some(code) = h.fault.code().filter(|_| !answered) {
+                *e.1.entry(code.to_string()).or_default() += 1;
+            }
         }
     }
     for shim in ["qoder", "trae"] {

@@ -253,7 +253,7 @@ async fn drive(ctx: ChainCtx, spec: CallSpec, head_tx: oneshot::Sender<ChainResp
     let now = Now::system();
     ctx.state.call_started(spec.shim, now.mono);
     let plan = if spec.housekeeping {
-        state::Plan::housekeeping(&spec.routes)
+        ctx.state.housekeeping_plan(spec.shim, &spec.routes)
     } else {
         ctx.state.plan(spec.shim, &spec.routes, &spec.ordering, now)
     };

@@ -534,3 +534,31 @@ async fn a_reset_an_upstream_states_is_honoured_but_capped_at_26_hours() {
         "Retry-After 90 on a quota failure: {asked:?}"
     );
 }
+
+#[tokio::test]
+async fn a_quota_rest_ends_at_the_local_hour_tz_names() {
+    let wall = Upstream::always(Reply::json(402, "payment required")).await;
+    let ok = Upstream::always(ok_reply(2)).await;
+    let dir = tempdir();
+    // A one-second rest, so the hour decides: 06:00 at UTC+8 is 22:00Z.
+    let extra = "[ordering]\nquota_cooldown_ms = 1000\nquota_cooldown_hour = 6\n";
+    let file = write(&dir, &config(&[("wall", &wall), ("ok", &ok)], extra));
+    // POSIX: "XYZ-8" is eight hours east of UTC.
+    let served = Served::start(&file, &[], &[("TZ", "XYZ-8")]);
+    assert_eq!(said(&call(&served).await), "r2");
+    let st = status(&served).await;
+    let until = st["chain"]["routes"]["trae"][0]["cooldownUntil"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(until.ends_with("T22:00:00.000Z"), "{until}");
+    let left = humantime::parse_rfc3339(&until)
+        .unwrap()
+        .duration_since(std::time::SystemTime::now())
+        .unwrap();
+    assert!(
+        left <= Duration::from_secs(24 * 3600),
+        "the next 06:00, not a later one: {left:?}"
+    );
+    assert_eq!(st["chain"]["ordering"]["quotaCooldownHour"], 6);
+}

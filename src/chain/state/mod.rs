@@ -426,6 +426,19 @@ impl ChainState {
         plan
     }
 
+    /// A housekeeping call's plan ([`Plan::housekeeping`]) over the routes
+    /// not disabled by hand: a disable holds in every mode.
+    pub fn housekeeping_plan(&self, shim: &'static str, routes: &[Route]) -> Plan {
+        let mut inner = self.lock();
+        let live: Vec<Route> = routes
+            .iter()
+            .filter(|r| !inner.route(shim, &r.name).disabled)
+            .take(1)
+            .cloned()
+            .collect();
+        Plan::housekeeping(&live)
+    }
+
     /// A call reaches `route` (of a gated plan): `Some(probe)` when it may
     /// try it (`probe`: the one half-open call), `None` when its breaker
     /// is open or another call is probing it.
@@ -765,6 +778,13 @@ mod tests {
         let plan = Plan::housekeeping(&routes);
         assert_eq!(names(&plan), ["a"]);
         assert!(plan.skipped.is_empty());
+        assert_eq!(names(&s.housekeeping_plan("trae", &routes)), ["a"]);
+        s.set_disabled("trae", "a", true);
+        assert_eq!(
+            names(&s.housekeeping_plan("trae", &routes)),
+            ["b"],
+            "but not a disabled one"
+        );
         assert!(names(&Plan::housekeeping(&[])).is_empty());
     }
 
