@@ -5,7 +5,9 @@
 //! upstream sees about `1 + ratio` times its normal load, not
 //! `1 + max_retries` times.
 //!
-//! One budget per shim (its calls and its retries). A plain value counted
+//! One budget per route: the calls that reached it and its retries, so a
+//! dead route spends its own budget, not the one that lets a healthy
+//! route retry a transient failure. A plain value counted
 //! in one-second buckets on the monotonic clock the caller passes in, so a
 //! test sets the time. Check and spend are two steps (the core decides,
 //! the driver spends): two calls racing on the last token may both retry,

@@ -251,7 +251,6 @@ async fn drive(ctx: ChainCtx, spec: CallSpec, head_tx: oneshot::Sender<ChainResp
         head_tx: Some(head_tx),
     };
     let now = Now::system();
-    ctx.state.call_started(spec.shim, now.mono);
     let plan = if spec.housekeeping {
         ctx.state.housekeeping_plan(spec.shim, &spec.routes)
     } else {
@@ -323,6 +322,9 @@ impl Driver<'_> {
             false
         };
         let started = Instant::now();
+        self.ctx
+            .state
+            .route_called(self.spec.shim, &leg.route.name, started);
         let mut tries = 0u32;
         loop {
             tries += 1;
@@ -362,7 +364,7 @@ impl Driver<'_> {
             let gate = Gate { probe, open };
             let decision = self.decide(Event::Failed(&failure), leg, tries, gate, now, may_resend);
             self.cool(leg, &failure, &decision, now);
-            self.spend(&decision, now);
+            self.spend(leg, &decision, now);
             self.record(
                 &Tried::new(leg, tries, Some(&failure), t0, started),
                 &decision,
@@ -420,10 +422,12 @@ impl Driver<'_> {
             zone: rest::Zone::LOCAL,
         };
         let budget_left = matches!(event, Event::Failed(_))
-            && self
-                .ctx
-                .state
-                .budget_allows(self.spec.shim, &self.spec.retry, now.mono);
+            && self.ctx.state.budget_allows(
+                self.spec.shim,
+                &leg.route.name,
+                &self.spec.retry,
+                now.mono,
+            );
         let at = Progress {
             tries,
             has_next: leg.next.is_some(),
@@ -463,9 +467,11 @@ impl Driver<'_> {
     }
 
     /// Spends the retry budget on a retry, or counts that it was spent.
-    fn spend(&self, decision: &Decision, now: Now) {
+    fn spend(&self, leg: &Leg<'_>, decision: &Decision, now: Now) {
         if decision.will_retry() {
-            self.ctx.state.spend_retry(self.spec.shim, now.mono);
+            self.ctx
+                .state
+                .spend_retry(self.spec.shim, &leg.route.name, now.mono);
         }
         if decision.budget_exhausted {
             self.ctx.state.budget_exhausted(self.spec.shim);

@@ -1,6 +1,6 @@
 //! What the chain remembers between calls: per route its cooldown, its
 //! breaker, its measured record, in-flight count and counters, the hand
-//! controls (disabled, pinned), the retry budget per shim, the ring log of
+//! controls (disabled, pinned), its retry budget, the ring log of
 //! attempts and the per-call summary.
 //!
 //! Keyed by shim and route *name*, so a reload that keeps a route's name
@@ -166,11 +166,17 @@ struct RouteRuntime {
     disabled: bool,
     /// Times its breaker opened (or re-opened) since start.
     opens: u64,
+    /// Its retry budget: the calls that reached it and its retries.
+    budget: Option<RetryBudget>,
     in_flight: Arc<AtomicUsize>,
     stats: RouteStats,
 }
 
 impl RouteRuntime {
+    fn budget(&mut self, now: Instant) -> &mut RetryBudget {
+        self.budget.get_or_insert_with(|| RetryBudget::new(now))
+    }
+
     /// The live samples at `now`: the last [`SAMPLES`] within `window`
     /// (no allocation: this runs for every route of every measured call).
     fn record(&self, window: Duration, now: Instant) -> Record {
@@ -241,7 +247,6 @@ fn wall_of(at: Instant, now: Now) -> SystemTime {
 #[derive(Debug, Default)]
 struct ShimRuntime {
     pinned: Option<String>,
-    budget: Option<RetryBudget>,
     budget_exhausted: u64,
 }
 
@@ -260,12 +265,6 @@ impl Inner {
 
     fn shim(&mut self, shim: &'static str) -> &mut ShimRuntime {
         self.shims.entry(shim).or_default()
-    }
-
-    fn budget(&mut self, shim: &'static str, now: Instant) -> &mut RetryBudget {
-        self.shim(shim)
-            .budget
-            .get_or_insert_with(|| RetryBudget::new(now))
     }
 
     /// The order of `shim`'s routes at `now`.
@@ -537,21 +536,29 @@ impl ChainState {
         self.lock().route(shim, route).breaker.release();
     }
 
-    /// A call of `shim` started (the budget's deposit).
-    pub fn call_started(&self, shim: &'static str, now: Instant) {
-        self.lock().budget(shim, now).deposit(now);
+    /// A call reached `route` (its budget's deposit).
+    pub fn route_called(&self, shim: &'static str, route: &str, now: Instant) {
+        self.lock().route(shim, route).budget(now).deposit(now);
     }
 
-    /// Whether `shim`'s retry budget allows one more in-place retry.
-    pub fn budget_allows(&self, shim: &'static str, policy: &RetryPolicy, now: Instant) -> bool {
-        self.lock()
-            .budget(shim, now)
-            .allows(policy.budget_ratio, policy.budget_min_per_s, now)
+    /// Whether `route`'s retry budget allows one more in-place retry.
+    pub fn budget_allows(
+        &self,
+        shim: &'static str,
+        route: &str,
+        policy: &RetryPolicy,
+        now: Instant,
+    ) -> bool {
+        self.lock().route(shim, route).budget(now).allows(
+            policy.budget_ratio,
+            policy.budget_min_per_s,
+            now,
+        )
     }
 
-    /// An in-place retry is made.
-    pub fn spend_retry(&self, shim: &'static str, now: Instant) {
-        self.lock().budget(shim, now).spend(now);
+    /// An in-place retry is made on `route`.
+    pub fn spend_retry(&self, shim: &'static str, route: &str, now: Instant) {
+        self.lock().route(shim, route).budget(now).spend(now);
     }
 
     /// A retryable failure switched because the budget was spent.
@@ -1029,7 +1036,7 @@ mod learning {
     }
 
     #[test]
-    fn the_budget_counts_calls_and_retries_per_shim() {
+    fn the_budget_counts_the_calls_and_retries_of_each_route() {
         let s = ChainState::new();
         let t = Instant::now();
         let p = RetryPolicy {
@@ -1037,13 +1044,17 @@ mod learning {
             budget_min_per_s: 0,
             ..RetryPolicy::default()
         };
-        assert!(!s.budget_allows("trae", &p, t));
-        s.call_started("trae", t);
-        s.call_started("trae", t);
-        assert!(s.budget_allows("trae", &p, t));
-        s.spend_retry("trae", t);
-        assert!(!s.budget_allows("trae", &p, t));
-        assert!(!s.budget_allows("qoder", &p, t), "per shim");
+        assert!(!s.budget_allows("trae", "a", &p, t));
+        s.route_called("trae", "a", t);
+        s.route_called("trae", "a", t);
+        assert!(s.budget_allows("trae", "a", &p, t));
+        s.spend_retry("trae", "a", t);
+        assert!(!s.budget_allows("trae", "a", &p, t));
+        // A dead route spending its budget leaves the others theirs.
+        s.route_called("trae", "b", t);
+        s.route_called("trae", "b", t);
+        assert!(s.budget_allows("trae", "b", &p, t), "per route");
+        assert!(!s.budget_allows("qoder", "a", &p, t), "per shim too");
         s.budget_exhausted("trae");
         assert_eq!(
             s.budget_exhausted_counts(["trae", "qoder"].into_iter()),

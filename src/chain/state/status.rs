@@ -53,12 +53,7 @@ impl ChainState {
             ignored.insert(shim.into(), json!(order.ignored_rests));
             let rt = inner.shim(shim);
             pinned.insert(shim.into(), json!(rt.pinned));
-            let exhausted = rt.budget_exhausted;
-            let (calls, retries) = rt.budget.as_ref().map_or((0, 0), |b| b.window(now.mono));
-            budget.insert(
-                shim.into(),
-                json!({"calls": calls, "retries": retries, "exhausted": exhausted}),
-            );
+            budget.insert(shim.into(), json!({"exhausted": rt.budget_exhausted}));
             routes.insert(shim.into(), Value::Array(rows));
         }
         json!({
@@ -134,6 +129,7 @@ fn route_json(
         Gate::Open(Some(until)) => Some(iso8601(super::wall_of(until, now))),
         _ => None,
     };
+    let (budget_calls, budget_retries) = rt.budget.as_ref().map_or((0, 0), |b| b.window(now.mono));
     let stats = &rt.stats;
     json!({
         "name": r.name,
@@ -159,6 +155,7 @@ fn route_json(
             "openMs": rt.breaker.period().as_millis() as u64,
             "opens": rt.opens,
         },
+        "budget": {"calls": budget_calls, "retries": budget_retries},
         "lastFailure": rt.last_failure.as_ref().map(|f| json!({
             "code": f.code.as_str(),
             "reason": f.reason,
