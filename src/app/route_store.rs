@@ -25,6 +25,10 @@ use crate::config::Config;
 pub const ROUTES_FILE: &str = "routes.json";
 /// The writer saves at most this often.
 pub const DEBOUNCE: Duration = Duration::from_secs(1);
+/// After a change the writer waits this long before saving, so the rest of
+/// what the same call records (its attempt after its cooldown) is in the
+/// same save.
+const SETTLE: Duration = Duration::from_millis(20);
 
 /// What `/status` tells of the file.
 #[derive(Debug, Default, Clone)]
@@ -153,8 +157,9 @@ impl RouteStore {
         }
         loop {
             chain.changed.notified().await;
+            tokio::time::sleep(SETTLE).await;
             self.save(&chain).await;
-            tokio::time::sleep(DEBOUNCE).await;
+            tokio::time::sleep(DEBOUNCE - SETTLE).await;
         }
     }
 }

@@ -289,37 +289,8 @@ impl Driver<'_> {
     /// the next route, or past the last) or the call is over (`Break`,
     /// answered and logged).
     async fn route(&mut self, leg: &Leg<'_>) -> ControlFlow<()> {
-        let Some(_permit) = self.ctx.state.try_acquire(self.spec.shim, leg.route) else {
-            let failure = Failure::new(
-                FailureCode::Capacity,
-                format!("at its concurrency cap of {}", leg.route.max_concurrency),
-            );
-            let decision = self.decide(
-                Event::AtCapacity,
-                leg,
-                0,
-                Gate::default(),
-                Now::system(),
-                true,
-            );
-            self.record(&Tried::skipped(leg, &failure), &decision);
+        let Some((_permit, probe)) = self.enter(leg) else {
             return ControlFlow::Continue(());
-        };
-        let probe = if leg.gated {
-            match self
-                .ctx
-                .state
-                .admit(self.spec.shim, &leg.route.name, Instant::now())
-            {
-                Some(probe) => probe,
-                None => {
-                    // Another call is probing it (or it opened since the plan).
-                    self.report_breaker_open(leg);
-                    return ControlFlow::Continue(());
-                }
-            }
-        } else {
-            false
         };
         let started = Instant::now();
         self.ctx
@@ -386,6 +357,35 @@ impl Driver<'_> {
                     return ControlFlow::Continue(());
                 }
                 Next::Stop(stop) => return self.stop(stop, leg, failure, verbatim, held),
+            }
+        }
+    }
+
+    /// Takes a slot on `leg`'s route and asks its breaker (a gated plan):
+    /// the slot and whether the call is the half-open probe, or `None`
+    /// when the route is skipped (at its cap, logged; breaker open, in the
+    /// call's route list).
+    fn enter(&mut self, leg: &Leg<'_>) -> Option<(state::Permit, bool)> {
+        let Some(permit) = self.ctx.state.try_acquire(self.spec.shim, leg.route) else {
+            let failure = Failure::new(
+                FailureCode::Capacity,
+                format!("at its concurrency cap of {}", leg.route.max_concurrency),
+            );
+            let now = Now::system();
+            let decision = self.decide(Event::AtCapacity, leg, 0, Gate::default(), now, true);
+            self.record(&Tried::skipped(leg, &failure), &decision);
+            return None;
+        };
+        if !leg.gated {
+            return Some((permit, false));
+        }
+        let shim = self.spec.shim;
+        match self.ctx.state.admit(shim, &leg.route.name, Instant::now()) {
+            Some(probe) => Some((permit, probe)),
+            None => {
+                // Another call is probing it (or it opened since the plan).
+                self.report_breaker_open(leg);
+                None
             }
         }
     }

@@ -139,9 +139,10 @@ async fn a_quota_cooldown_survives_a_restart_with_the_same_until() {
         "QUOTA"
     );
     assert!(
-        file_says(&file, |v| v["shims"]["trae"]["routes"]["r1"]["cooldown"]
-            ["until"]
-            == until.as_str())
+        file_says(&file, |v| {
+            let r1 = &v["shims"]["trae"]["routes"]["r1"];
+            r1["cooldown"]["until"] == until.as_str() && r1["attempts"] == 1
+        })
         .await
     );
     // A kill, not a clean stop: what the writer saved within the second is
