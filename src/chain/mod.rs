@@ -563,6 +563,9 @@ impl Driver<'_> {
             return ControlFlow::Break(());
         }
         let ttft = committed.upstream_time;
+        self.ctx
+            .state
+            .answered(shim, &leg.route.name, &self.spec.breaker, Now::system());
         let end = attempt::stream(self.ctx, self.spec.timeouts.idle, committed, &body_tx).await;
         let failure = end.err().map(|f| self.spec.secrets.scrub_failure(f));
         self.observe(leg, failure.as_ref(), Some(ttft), Now::system());

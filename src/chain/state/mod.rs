@@ -530,6 +530,17 @@ impl ChainState {
         opened
     }
 
+    /// The route's answer committed (its first content): its breaker
+    /// closes now, not when the stream ends, so a half-open route's probe
+    /// does not keep other calls off it for the length of a long answer.
+    /// The try's sample is [`ChainState::observe`]d at the end.
+    pub fn answered(&self, shim: &'static str, route: &str, policy: &BreakerPolicy, now: Now) {
+        self.lock()
+            .route(shim, route)
+            .breaker
+            .observe(Verdict::Success, policy, now.mono);
+    }
+
     /// A probe that ended before its try (the call left): the next call
     /// may probe.
     pub fn release_probe(&self, shim: &'static str, route: &str) {
@@ -919,6 +930,30 @@ mod learning {
         assert_eq!(s.admit("trae", "a", again.mono), Some(true));
         s.observe("trae", "a", seen(None, Some(3)), &p, again);
         assert_eq!(s.admit("trae", "a", again.mono), Some(false), "closed");
+    }
+
+    #[test]
+    fn a_committed_probe_closes_the_breaker_before_its_stream_ends() {
+        let s = ChainState::new();
+        let t = Now::system();
+        let p = breaker(1);
+        s.observe("trae", "a", seen(Some(FailureCode::Server), None), &p, t);
+        let later = t.after(Duration::from_millis(100));
+        assert_eq!(s.admit("trae", "a", later.mono), Some(true));
+        s.answered("trae", "a", &p, later);
+        assert_eq!(
+            s.admit("trae", "a", later.mono),
+            Some(false),
+            "closed at commit"
+        );
+        // A failure later in the stream counts as one failure.
+        assert!(s.observe(
+            "trae",
+            "a",
+            seen(Some(FailureCode::Transport), Some(4)),
+            &p,
+            later
+        ));
     }
 
     #[test]
