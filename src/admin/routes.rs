@@ -56,13 +56,20 @@ pub fn parse(method: &Method, path: &str) -> Option<Control> {
     }
 }
 
-/// Carries a control out.
-pub async fn handle(app: &App, control: Control, body: Incoming, peer: IpAddr) -> Response<Body> {
-    if !peer.is_loopback() {
-        return body::error_response(
+/// The refusal of a control from `peer`, unless it is on loopback.
+pub fn refuse_remote(peer: IpAddr) -> Option<Response<Body>> {
+    (!peer.is_loopback()).then(|| {
+        body::error_response(
             ErrorCode::NotLoopback,
             &format!("route controls answer loopback peers only, not {peer}"),
-        );
+        )
+    })
+}
+
+/// Carries a control out.
+pub async fn handle(app: &App, control: Control, body: Incoming, peer: IpAddr) -> Response<Body> {
+    if let Some(refused) = refuse_remote(peer) {
+        return refused;
     }
     let config = app.config();
     let (shim, route) = match &control {
@@ -219,6 +226,17 @@ mod tests {
         assert!(pin_target(br#"{"route":3}"#).is_err());
         assert!(pin_target(b"{}").is_err());
         assert!(pin_target(b"nope").is_err());
+    }
+
+    #[test]
+    fn controls_answer_loopback_peers_only() {
+        for local in ["127.0.0.1", "127.8.9.1", "::1"] {
+            assert!(refuse_remote(local.parse().unwrap()).is_none(), "{local}");
+        }
+        for remote in ["10.0.0.7", "192.0.2.1", "2001:db8::1"] {
+            let r = refuse_remote(remote.parse().unwrap()).unwrap();
+            assert_eq!(r.status(), StatusCode::FORBIDDEN, "{remote}");
+        }
     }
 
     #[test]
