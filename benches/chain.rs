@@ -94,6 +94,7 @@ impl Rig {
             .unwrap();
         let toml = format!(
             "[shims.qoder]\nlisten = \"127.0.0.1:0\"\n[shims.trae]\nlisten = \"127.0.0.1:0\"\n\
+             [state]\nttl_ms = 0\n\
              [[shims.trae.routes]]\nname = \"bench\"\nurl = \"{}\"\n",
             up.url()
         );

@@ -25,6 +25,11 @@ pub struct Args {
     pub turns: usize,
     /// Soak legs: `compressor`, `bare`, `direct`.
     pub paths: Vec<String>,
+    /// What the chain may learn: `classic` legs run on every path, the
+    /// others (`budget`, `learn`) once, on the direct path.
+    pub chains: Vec<String>,
+    /// The first route of each shim answers 502 to everything.
+    pub dead_primary: bool,
     /// Concurrent slow streams of the memory phase.
     pub big_streams: usize,
     /// The memory phase without the compressor (shimgate's own cost).
@@ -48,6 +53,17 @@ enum PathArg {
     Direct,
     /// `compressor`, then `direct`.
     Both,
+}
+
+/// A chain setting, as `--chains` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ChainArg {
+    /// Auto ordering, no breaker, no retry budget.
+    Classic,
+    /// Classic plus the default retry budget.
+    Budget,
+    /// Measured ordering, the breaker and the retry budget.
+    Learn,
 }
 
 /// A phase, as `--phases` names it.
@@ -85,6 +101,19 @@ struct Cli {
     /// Soak legs.
     #[arg(long, value_enum, default_value = "both")]
     path: PathArg,
+    /// What the chain may learn: classic legs on every path, budget and
+    /// learn legs once each, direct.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "classic,learn"
+    )]
+    chains: Vec<ChainArg>,
+    /// The first route of each shim is dead (502 to every try): the
+    /// figure is upstream requests per call.
+    #[arg(long)]
+    dead_primary: bool,
     /// Phases to run, comma-separated [default: soak,latency,streams,idle; --ci soak,idle].
     #[arg(long, value_enum, value_delimiter = ',')]
     phases: Option<Vec<PhaseArg>>,
@@ -154,8 +183,20 @@ impl From<Cli> for Args {
             PathArg::Bare => vec!["bare".into()],
             PathArg::Direct => vec!["direct".into()],
         };
+        let chains = cli
+            .chains
+            .iter()
+            .map(|c| match c {
+                ChainArg::Classic => "classic",
+                ChainArg::Budget => "budget",
+                ChainArg::Learn => "learn",
+            })
+            .map(String::from)
+            .collect();
         Args {
             phases,
+            chains,
+            dead_primary: cli.dead_primary,
             streams: preset.pick(cli.streams, Some(16), None, 64),
             seconds: preset.pick(cli.seconds, Some(12.0), Some(8.0), 30.0),
             turns: cli.turns,

@@ -9,7 +9,9 @@ use serde_json::Value;
 use super::check::{self, Seen};
 use super::faults::{self, Fault};
 use super::findings::Findings;
-use super::soak::{lock, CallResult, Hit, Ledger, LegReport, Path, Settings, RULES};
+use super::soak::{
+    lock, CallResult, Chain, Hit, Ledger, LegReport, Path, Settings, PRIMARIES, RULES,
+};
 use super::wire::{self, Wire};
 
 /// Checks every call against its ledger entry and the chain rules, and
@@ -27,6 +29,10 @@ pub fn judge(
     let mut faults: BTreeMap<String, usize> = BTreeMap::new();
     let mut request_ids: HashMap<String, u64> = HashMap::new();
     let (mut succeeded, mut failed) = (0, 0);
+    // A learning chain may skip a retry the rules call for (spent budget,
+    // an opened or probing breaker); each skip must be one it counted.
+    let strict = settings.chain == Chain::Classic;
+    let mut skipped = 0;
     for r in results {
         let tries = hits.get(&r.call).cloned().unwrap_or_default();
         for h in &tries {
@@ -34,7 +40,7 @@ pub fn judge(
                 *faults.entry(format!("{:?}", h.fault)).or_default() += 1;
             }
         }
-        judge_tries(&mut f, r, &tries);
+        skipped += judge_tries(&mut f, r, &tries, strict);
         if r.plan.wire == Wire::Qoder && !r.plan.passthrough {
             judge_request_ids(&mut f, r.call, &tries, &mut request_ids);
         }
@@ -65,6 +71,13 @@ pub fn judge(
         .map(|r| r.call)
         .collect();
     judge_routes(&mut f, &hits, &passthrough, &status);
+    let (budget_exhausted, breaker_opens) = learnt(&status);
+    if skipped as u64 > budget_exhausted + breaker_opens {
+        f.add(
+            "rules",
+            format!("{skipped} retries skipped, but the chain counted only {budget_exhausted} spent budgets and {breaker_opens} breaker openings"),
+        );
+    }
     let inference = results.iter().filter(|r| !r.plan.passthrough).count();
     LegReport {
         settings: settings.clone(),
@@ -74,6 +87,14 @@ pub fn judge(
         succeeded,
         failed,
         upstream_tries: hits.values().map(Vec::len).sum(),
+        primary_tries: hits
+            .values()
+            .flatten()
+            .filter(|h| PRIMARIES.contains(&h.route.as_str()))
+            .count(),
+        retries_skipped: skipped,
+        budget_exhausted,
+        breaker_opens,
         faults,
         findings: f,
         status,
@@ -82,11 +103,29 @@ pub fn judge(
     }
 }
 
+/// Spent budgets and breaker openings, summed over shims and routes.
+fn learnt(st: &Value) -> (u64, u64) {
+    let mut exhausted = 0;
+    let mut opens = 0;
+    for shim in ["qoder", "trae"] {
+        exhausted += st["chain"]["budget"]["shims"][shim]["exhausted"]
+            .as_u64()
+            .unwrap_or(0);
+        for row in st["chain"]["routes"][shim].as_array().into_iter().flatten() {
+            opens += row["breaker"]["opens"].as_u64().unwrap_or(0);
+        }
+    }
+    (exhausted, opens)
+}
+
 /// The tries of one call obey the chain rules: nothing after a commit or a
 /// never-switch code, retries only for transient codes within the retry
-/// budget, a switch to a new route otherwise.
-fn judge_tries(f: &mut Findings, r: &CallResult, tries: &[Hit]) {
+/// budget, a switch to a new route otherwise. Not `strict`, a retry the
+/// rules call for may be skipped (a switch, or the end of the call): the
+/// count of those is returned.
+fn judge_tries(f: &mut Findings, r: &CallResult, tries: &[Hit], strict: bool) -> usize {
     let call = r.call;
+    let mut skipped = 0;
     if tries.is_empty() && r.broken.is_none() {
         if !(r.seen.errors == 1 && r.seen.status >= 500) {
             f.add(
@@ -94,7 +133,7 @@ fn judge_tries(f: &mut Findings, r: &CallResult, tries: &[Hit]) {
                 format!("call {call}: nothing reached the upstream and the agent got no error"),
             );
         }
-        return;
+        return 0;
     }
     let mut on_route = 0u32;
     let mut used: Vec<&str> = Vec::new();
@@ -132,6 +171,8 @@ fn judge_tries(f: &mut Findings, r: &CallResult, tries: &[Hit]) {
                     n.route
                 ),
             ),
+            (faults::Next::Retry, Some(n)) if n.route != h.route && !strict => skipped += 1,
+            (faults::Next::Retry, None) if !strict => skipped += 1,
             (faults::Next::Retry, Some(n)) if n.route != h.route => f.add(
                 "rules",
                 format!(
@@ -158,6 +199,7 @@ fn judge_tries(f: &mut Findings, r: &CallResult, tries: &[Hit]) {
             _ => {}
         }
     }
+    skipped
 }
 
 fn describe(seen: &Seen, broken: Option<&str>) -> String {

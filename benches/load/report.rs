@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::args::Args;
 use super::findings::Findings;
-use super::soak::{self, LegReport, Path, Settings};
+use super::soak::{self, Chain, LegReport, Path, Settings};
 use super::{gate, idle, latency, streams};
 
 /// Runs everything asked for; true when nothing failed.
@@ -21,14 +21,11 @@ pub async fn run(args: Args) -> bool {
     let mut findings = Findings::default();
     let mut figures: Vec<String> = Vec::new();
     if args.phases.soak {
-        for (i, p) in args.paths.iter().enumerate() {
-            let path = match p.as_str() {
-                "direct" => Path::Direct,
-                "bare" => Path::Bare,
-                _ => Path::Reference,
-            };
+        for (i, (path, chain)) in legs(&args).into_iter().enumerate() {
             let leg = soak::run(Settings {
                 path,
+                chain,
+                dead_primary: args.dead_primary,
                 streams: args.streams,
                 seconds: args.seconds,
                 turns: args.turns,
@@ -38,8 +35,9 @@ pub async fn run(args: Args) -> bool {
             .await;
             print_leg(&leg);
             figures.push(format!(
-                "soak[{}] calls={} tries={} ok={} failed={}",
+                "soak[{}{}] calls={} tries={} ok={} failed={}",
                 path.name(),
+                leg_suffix(chain),
                 leg.calls,
                 leg.upstream_tries,
                 leg.succeeded,
@@ -81,11 +79,50 @@ pub async fn run(args: Args) -> bool {
     ok
 }
 
+/// The soak legs: every path with the classic chain (when asked for),
+/// then each other chain once, on the direct path.
+fn legs(args: &Args) -> Vec<(Path, Chain)> {
+    let mut legs = Vec::new();
+    let chains: Vec<Chain> = args
+        .chains
+        .iter()
+        .map(|c| match c.as_str() {
+            "budget" => Chain::Budget,
+            "learn" => Chain::Learn,
+            _ => Chain::Classic,
+        })
+        .collect();
+    if chains.contains(&Chain::Classic) {
+        for p in &args.paths {
+            let path = match p.as_str() {
+                "direct" => Path::Direct,
+                "bare" => Path::Bare,
+                _ => Path::Reference,
+            };
+            legs.push((path, Chain::Classic));
+        }
+    }
+    for chain in chains.into_iter().filter(|c| *c != Chain::Classic) {
+        legs.push((Path::Direct, chain));
+    }
+    legs
+}
+
+fn leg_suffix(chain: Chain) -> String {
+    if chain == Chain::Classic {
+        String::new()
+    } else {
+        format!("+{}", chain.name())
+    }
+}
+
 fn print_leg(leg: &LegReport) {
     let s = &leg.settings;
     println!(
-        "soak [{}]: {} conversations, {:.1} s: {} calls ({} inference, {} pass-through), {} upstream tries, {} ok, {} failed as planned or not; peak RSS {} KiB; problems: {}",
+        "soak [{}{}{}]: {} conversations, {:.1} s: {} calls ({} inference, {} pass-through), {} upstream tries, {} ok, {} failed as planned or not; peak RSS {} KiB; problems: {}",
         s.path.name(),
+        leg_suffix(s.chain),
+        if s.dead_primary { ", dead primary" } else { "" },
         s.streams,
         leg.elapsed.as_secs_f64(),
         leg.calls,
@@ -96,6 +133,15 @@ fn print_leg(leg: &LegReport) {
         leg.failed,
         leg.peak_rss_kib,
         leg.findings.summary()
+    );
+    let calls = leg.calls.max(1) as f64;
+    println!(
+        "  upstream requests per call {:.2} (primaries {:.2}); retries skipped {} (budget spent {}, breaker openings {})",
+        leg.upstream_tries as f64 / calls,
+        leg.primary_tries as f64 / calls,
+        leg.retries_skipped,
+        leg.budget_exhausted,
+        leg.breaker_opens
     );
     let faults: Vec<String> = leg.faults.iter().map(|(k, v)| format!("{k}×{v}")).collect();
     println!("  faults played: {}", faults.join(", "));

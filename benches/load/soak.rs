@@ -61,10 +61,44 @@ impl Path {
     }
 }
 
+/// What the chain may learn in a leg.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Chain {
+    /// The failover rules alone: auto ordering, no breaker, no retry
+    /// budget (so every retry the rules call for is made and judged).
+    Classic,
+    /// Classic plus the default retry budget (0.2 and 3 a second).
+    Budget,
+    /// Measured ordering, the breaker (5 failures, 200 ms open) and the
+    /// default retry budget.
+    Learn,
+}
+
+impl Chain {
+    pub fn name(self) -> &'static str {
+        match self {
+            Chain::Classic => "classic",
+            Chain::Budget => "budget",
+            Chain::Learn => "learn",
+        }
+    }
+
+    /// The config keys of this chain.
+    fn toml(self) -> &'static str {
+        match self {
+            Chain::Classic | Chain::Budget => "[breaker]\nfailures = 0\n\n",
+            Chain::Learn => "[breaker]\nfailures = 5\nopen_ms = 200\nmax_open_ms = 2000\n\n",
+        }
+    }
+}
+
 /// One soak leg's settings.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub path: Path,
+    pub chain: Chain,
+    /// The first route of each shim answers every try with a 502.
+    pub dead_primary: bool,
     /// Concurrent conversations (split between the wires).
     pub streams: usize,
     pub seconds: f64,
@@ -82,7 +116,12 @@ pub struct Hit {
     pub route: String,
     pub fault: Fault,
     pub request_id: Option<String>,
+    /// Played by a dead primary, not by the call's plan.
+    pub dead: bool,
 }
+
+/// The first route of each shim (the dead one of a `dead_primary` leg).
+pub const PRIMARIES: [&str; 2] = ["q0", "t0"];
 
 /// What the upstream and the agents share.
 #[derive(Default)]
@@ -93,6 +132,8 @@ pub struct Ledger {
     pub strays: Mutex<Vec<String>>,
     /// SOLO bodies a real upstream would refuse.
     pub bad_bodies: Mutex<Vec<String>>,
+    /// The primaries answer 502 to everything.
+    pub dead_primary: bool,
 }
 
 impl Ledger {
@@ -119,17 +160,23 @@ impl Ledger {
                 lock(&self.bad_bodies).push(format!("call {call}: {}", problems.join("; ")));
             }
         }
-        let n = {
+        let dead = self.dead_primary && PRIMARIES.contains(&route);
+        let fault = {
             let mut hits = lock(&self.hits);
             let list = hits.entry(call).or_default();
+            let fault = if dead {
+                Fault::Http502
+            } else {
+                plan.fault(list.iter().filter(|h| !h.dead).count())
+            };
             list.push(Hit {
                 route: route.to_string(),
-                fault: plan.fault(list.len()),
+                fault,
                 request_id,
+                dead,
             });
-            list.len() - 1
+            fault
         };
-        let fault = plan.fault(n);
         if plan.passthrough {
             fault.passthrough_reply(call)
         } else {
@@ -160,6 +207,15 @@ pub struct LegReport {
     pub succeeded: usize,
     pub failed: usize,
     pub upstream_tries: usize,
+    /// Of those, tries on the primaries (`q0`, `t0`).
+    pub primary_tries: usize,
+    /// Retries the rules call for that the chain did not make (the retry
+    /// budget was spent, or the route's breaker opened or was probing).
+    pub retries_skipped: usize,
+    /// Retryable failures that switched on a spent budget, per `/metrics`.
+    pub budget_exhausted: u64,
+    /// Breaker openings, per `/status`.
+    pub breaker_opens: u64,
     pub faults: BTreeMap<String, usize>,
     pub findings: Findings,
     pub status: Value,
@@ -171,7 +227,10 @@ static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
 
 /// Runs one soak leg.
 pub async fn run(settings: Settings) -> LegReport {
-    let ledger = Arc::new(Ledger::default());
+    let ledger = Arc::new(Ledger {
+        dead_primary: settings.dead_primary,
+        ..Ledger::default()
+    });
     let l2 = ledger.clone();
     let upstream = Upstream::start_with(
         Options {
@@ -196,7 +255,12 @@ pub async fn run(settings: Settings) -> LegReport {
             (None, Some(format!("http://{addr}")))
         }
     };
-    let toml = config(&upstream.url(), qport, tport, compressor_url.as_deref());
+    let toml = config(
+        &upstream.url(),
+        (qport, tport),
+        compressor_url.as_deref(),
+        settings.chain,
+    );
     let gate = gate::serve("soak", &toml, "warn").await;
     let addrs = [
         (Wire::Qoder, gate.addr("qoder")),
@@ -239,18 +303,37 @@ pub async fn run(settings: Settings) -> LegReport {
 }
 
 /// The shimgate config of a soak leg: two routes per shim on the scripted
-/// upstream, told apart by a path prefix.
-fn config(upstream: &str, qport: u16, tport: u16, compressor: Option<&str>) -> String {
+/// upstream, told apart by a path prefix; no route state file (a leg must
+/// not learn from the last one).
+fn config(
+    upstream: &str,
+    (qport, tport): (u16, u16),
+    compressor: Option<&str>,
+    chain: Chain,
+) -> String {
     let mut t = String::new();
     if let Some(url) = compressor {
         t.push_str(&format!("[compressor]\nurl = \"{url}\"\n\n"));
     }
+    // Classic: a budget so large it never binds.
+    let budget = if chain == Chain::Classic {
+        "budget_min_per_s = 1000000\n"
+    } else {
+        ""
+    };
+    let mode = if chain == Chain::Learn {
+        "measured"
+    } else {
+        "auto"
+    };
     t.push_str(&format!(
-        "[retry]\nmax_retries = {}\ninitial_delay_ms = 5\nmax_delay_ms = {}\njitter_ratio = 0\n\n\
-         [ordering]\nquota_cooldown_ms = {QUOTA_COOLDOWN_MS}\n\n\
+        "[retry]\nmax_retries = {}\ninitial_delay_ms = 5\nmax_delay_ms = {}\njitter_ratio = 0\n{budget}\n\
+         [ordering]\nmode = \"{mode}\"\nquota_cooldown_ms = {QUOTA_COOLDOWN_MS}\nmeasure_window_ms = 5000\n\n\
+         [state]\nttl_ms = 0\n\n{}\
          [upstream]\nconnect_timeout_ms = 2000\nfirst_byte_timeout_ms = {TIMEOUT_MS}\nidle_timeout_ms = {TIMEOUT_MS}\n\n",
         RULES.max_retries,
-        RULES.max_delay.as_millis()
+        RULES.max_delay.as_millis(),
+        chain.toml(),
     ));
     t.push_str(&format!(
         "[shims.qoder]\nlisten = \"127.0.0.1:{qport}\"\ncodec = \"plain\"\n\n"

@@ -16,6 +16,7 @@ use prometheus_client::registry::Registry;
 
 use crate::app::stats::Counter;
 use crate::app::App;
+use crate::chain::decide::Now;
 use crate::chain::latency::Histogram;
 use crate::chain::state::RouteMetrics;
 use crate::host::Shims;
@@ -41,6 +42,9 @@ struct Snapshot {
     rids_live: Vec<(&'static str, u64)>,
     streams_in_flight: i64,
     routes: Vec<RouteMetrics>,
+    /// Per shim: retryable failures that switched because the retry
+    /// budget was spent.
+    budget_exhausted: Vec<(&'static str, u64)>,
     /// Per shim: a handle on the live histogram (read as it is encoded).
     first_byte: Vec<(&'static str, Histogram)>,
     overhead: Vec<(&'static str, Histogram)>,
@@ -71,7 +75,10 @@ impl Snapshot {
                 .collect(),
             rids_live: per_shim(&|s| app.rids.live(s) as u64),
             streams_in_flight: app.chain.streams_in_flight(),
-            routes: app.chain.route_metrics(&routes, &config.ordering),
+            routes: app
+                .chain
+                .route_metrics(&routes, &config.ordering, Now::system()),
+            budget_exhausted: app.chain.budget_exhausted_counts(registry::names()),
             first_byte: names
                 .iter()
                 .map(|s| (*s, latency.first_byte(s).clone()))
@@ -125,6 +132,16 @@ impl Collector for Snapshot {
         )?
         .encode_gauge(&self.streams_in_flight)?;
         self.encode_routes(&mut enc)?;
+        let mut m = enc.encode_descriptor(
+            "shimgate_retry_budget_exhausted",
+            "Retryable failures that switched route because the retry budget was spent, per shim.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (shim, n) in &self.budget_exhausted {
+            m.encode_family(&[("shim", *shim)])?
+                .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+        }
         for (name, help, slots) in [
             (
                 "shimgate_upstream_first_byte_seconds",
@@ -173,7 +190,7 @@ impl Snapshot {
                     .encode_counter::<NoLabelSet, _, u64>(n, None)?;
             }
         }
-        let counters: [RouteFamily; 2] = [
+        let counters: [RouteFamily; 3] = [
             (
                 "shimgate_route_retries",
                 "In-place retries per route.",
@@ -184,6 +201,11 @@ impl Snapshot {
                 "Switches away from a route.",
                 |r| r.switches,
             ),
+            (
+                "shimgate_route_breaker_opens",
+                "Times a route's circuit breaker opened (or re-opened after a failed probe).",
+                |r| r.breaker_opens,
+            ),
         ];
         for (name, help, value) in counters {
             let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
@@ -192,7 +214,7 @@ impl Snapshot {
                     .encode_counter::<NoLabelSet, _, u64>(&value(r), None)?;
             }
         }
-        let gauges: [RouteFamily; 2] = [
+        let gauges: [RouteFamily; 3] = [
             (
                 "shimgate_route_in_flight",
                 "Attempts in flight per route.",
@@ -203,6 +225,11 @@ impl Snapshot {
                 "1 while a route rests after a quota failure.",
                 |r| u64::from(r.cooling),
             ),
+            (
+                "shimgate_route_breaker_state",
+                "A route's circuit breaker: 0 closed, 1 half-open, 2 open.",
+                |r| u64::from(r.breaker),
+            ),
         ];
         for (name, help, value) in gauges {
             let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
@@ -210,6 +237,16 @@ impl Snapshot {
                 m.encode_family(&[("shim", r.shim), ("route", r.route.as_str())])?
                     .encode_gauge(&value(r))?;
             }
+        }
+        let mut m = enc.encode_descriptor(
+            "shimgate_route_cooldown_seconds",
+            "Seconds left of a route's quota cooldown (0 when none).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for r in &self.routes {
+            m.encode_family(&[("shim", r.shim), ("route", r.route.as_str())])?
+                .encode_gauge(&r.cooldown_seconds)?;
         }
         Ok(())
     }
@@ -247,7 +284,11 @@ mod tests {
                 switches: 0,
                 in_flight: 0,
                 cooling: true,
+                cooldown_seconds: 12.5,
+                breaker: 2,
+                breaker_opens: 3,
             }],
+            budget_exhausted: vec![("trae", 4)],
             first_byte: vec![("qoder", h)],
             overhead: vec![],
             uptime_seconds: 1.5,
@@ -261,6 +302,11 @@ mod tests {
             "shimgate_route_attempts_total{shim=\"trae\",route=\"a \\\"b\\\"\",code=\"OK\"} 3",
             "shimgate_route_attempts_total{shim=\"trae\",route=\"a \\\"b\\\"\",code=\"QUOTA\"} 1",
             "shimgate_route_cooling{shim=\"trae\",route=\"a \\\"b\\\"\"} 1",
+            "shimgate_route_breaker_state{shim=\"trae\",route=\"a \\\"b\\\"\"} 2",
+            "shimgate_route_cooldown_seconds{shim=\"trae\",route=\"a \\\"b\\\"\"} 12.5",
+            "shimgate_route_breaker_opens_total{shim=\"trae\",route=\"a \\\"b\\\"\"} 3",
+            "# TYPE shimgate_retry_budget_exhausted_total counter",
+            "shimgate_retry_budget_exhausted_total{shim=\"trae\"} 4",
             "# TYPE shimgate_upstream_first_byte_seconds histogram",
             "shimgate_upstream_first_byte_seconds_bucket{shim=\"qoder\",le=\"0.0001\"} 1",
             "shimgate_upstream_first_byte_seconds_bucket{shim=\"qoder\",le=\"0.005\"} 2",

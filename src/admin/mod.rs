@@ -1,9 +1,11 @@
 //! The operator's endpoints on every listener: `GET /status`, `GET
-//! /metrics`, `POST /reload`. They read the state the rest keeps and change
-//! only the config.
+//! /metrics`, `POST /reload`, and the route hand controls (`POST
+//! /routes/…`, [`routes`]). They read the state the rest keeps and change
+//! only the config and the hand-set route state.
 
 pub mod metrics;
 pub mod reload;
+pub mod routes;
 pub mod status;
 
 use http::{Method, Response, StatusCode};

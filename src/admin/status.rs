@@ -4,6 +4,7 @@
 use serde_json::{json, Value};
 
 use crate::app::App;
+use crate::chain::decide::Now;
 use crate::config::Config;
 use crate::host::Shims;
 use crate::registry;
@@ -50,7 +51,7 @@ fn chain(app: &App, config: &Config) -> Value {
         .iter()
         .map(|s| (s.name, s.routes.as_slice()))
         .collect();
-    let mut v = app.chain.status(&routes, &config.ordering);
+    let mut v = app.chain.status(&routes, &config.ordering, Now::system());
     if let Some(m) = v.as_object_mut() {
         m.insert(
             "retry".into(),
@@ -60,8 +61,20 @@ fn chain(app: &App, config: &Config) -> Value {
                 "maxDelayMs": r.max_delay.as_millis() as u64,
                 "jitterRatio": r.jitter_ratio,
                 "retryableCodes": r.retryable.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
+                "budgetRatio": r.budget_ratio,
+                "budgetMinPerS": r.budget_min_per_s,
             }),
         );
+        let b = &config.breaker;
+        m.insert(
+            "breaker".into(),
+            json!({
+                "failures": b.failures,
+                "openMs": b.open.as_millis() as u64,
+                "maxOpenMs": b.max_open.as_millis() as u64,
+            }),
+        );
+        m.insert("stateFile".into(), app.route_file.status());
     }
     v
 }

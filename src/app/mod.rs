@@ -5,6 +5,7 @@
 pub mod exchange;
 pub mod identity;
 pub mod rid;
+pub mod route_store;
 pub mod stats;
 
 use std::collections::BTreeMap;
@@ -14,6 +15,7 @@ use std::time::{Instant, SystemTime};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::chain::decide::Now;
 use crate::chain::state::ChainState;
 use crate::chain::ChainCtx;
 use crate::clock::iso8601;
@@ -22,6 +24,7 @@ use crate::http::client::{self, HttpClient};
 use crate::registry;
 use identity::ProxyIdentity;
 use rid::RidRegistry;
+use route_store::RouteStore;
 use stats::ShimStats;
 
 /// A config together with the client built for its timeouts; replaced whole
@@ -51,6 +54,8 @@ pub struct App {
     pub rids: RidRegistry,
     /// What the compression proxy sees as each agent's `Authorization`.
     pub identity: ProxyIdentity,
+    /// `routes.json`: what the chain learnt, kept across restarts.
+    pub route_file: Arc<RouteStore>,
 }
 
 impl App {
@@ -58,12 +63,14 @@ impl App {
     pub fn new(config: Config) -> Arc<App> {
         let client = client::client(config.timeouts.connect);
         let identity = ProxyIdentity::load_or_create(&config.state_dir);
+        let chain = Arc::new(ChainState::new());
+        let route_file = Arc::new(RouteStore::open(&config, &chain, Now::system()));
         Arc::new(App {
             live: RwLock::new(Arc::new(Live {
                 config: Arc::new(config),
                 client,
             })),
-            chain: Arc::new(ChainState::new()),
+            chain,
             hard_stop: CancellationToken::new(),
             started: Instant::now(),
             shims: registry::names()
@@ -72,6 +79,7 @@ impl App {
             reload: Mutex::default(),
             rids: RidRegistry::default(),
             identity,
+            route_file,
         })
     }
 

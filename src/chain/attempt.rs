@@ -274,7 +274,13 @@ async fn error_answer(parts: http::response::Parts, body: Incoming, idle: Durati
     let code = classify_http(parts.status.as_u16(), &text);
     let mut failure = Failure::new(code, summary(&text)).with_status(parts.status.as_u16());
     failure.retry_after = if code == FailureCode::Quota {
-        policy::stated_reset(&parts.headers)
+        // The latest reset the headers or the body state (capped later:
+        // `rest::quota_rest`).
+        let body = policy::body_reset(&text, std::time::SystemTime::now());
+        match (policy::stated_reset(&parts.headers), body) {
+            (Some(h), Some(b)) => Some(h.max(b)),
+            (h, b) => h.or(b),
+        }
     } else {
         policy::retry_after(&parts.headers)
     };

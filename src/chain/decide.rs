@@ -6,16 +6,21 @@
 //! Nothing here reads a clock, a random source or shared state: the driver
 //! passes the time ([`Now`]) and the jitter draw ([`Progress::draw`]) in, so
 //! a table test can walk every rule in microseconds. Rules that learn across
-//! calls (ranking, circuit breaker, retry budget) plug in the same way: the
-//! driver passes a snapshot of what the chain knows about the route in, and
-//! the [`Decision`] names what to change there (as [`Decision::cool`] does
-//! for a quota failure); the driver applies it to `ChainState`.
+//! calls plug in the same way: the driver passes what the chain knows in
+//! ([`Progress::budget_left`] from the retry budget, [`Progress::probe`]
+//! and [`Progress::route_open`] from the route's breaker, the zone for a
+//! quota rest) and the [`Decision`] names what to change there (the
+//! cooldown of [`Decision::cool`], the budget's count of
+//! [`Decision::budget_exhausted`]); the driver applies it to `ChainState`.
+//! The ranking ([`super::rank`]) and the breaker's moves
+//! ([`super::breaker`]) are pure functions of their own.
 
 use std::time::{Duration, Instant, SystemTime};
 
 use shimgate_shim_api::{Failure, FailureCode};
 
 use super::policy::{self, RetryDecision};
+use super::rest::{self, Zone};
 use crate::config::{Ordering, RetryPolicy};
 
 /// The clock a decision is made at, both faces: durations and deadlines
@@ -77,6 +82,13 @@ pub struct Progress {
     /// for a pass-through request that is not idempotent (POST, PATCH) and
     /// may have reached the upstream (DESIGN §5 "Pass-through").
     pub may_resend: bool,
+    /// The retry budget allows one more in-place retry.
+    pub budget_left: bool,
+    /// This try is the one call a half-open breaker let through: it gets
+    /// no retry in place, its failure re-opens the route.
+    pub probe: bool,
+    /// The route's breaker is open (this failure opened it): leave it.
+    pub route_open: bool,
 }
 
 /// The rules one call runs under (fixed for the call).
@@ -87,6 +99,8 @@ pub struct Rules<'a> {
     /// Housekeeping calls (compaction, session titles) get one try on the
     /// first route: no retry, no switch.
     pub housekeeping: bool,
+    /// The local zone, for a quota rest that ends at a local hour.
+    pub zone: Zone,
 }
 
 /// What the driver does next.
@@ -123,11 +137,18 @@ pub struct Decision {
     /// Rest the route this long (a quota failure): the driver puts it on
     /// its cooldown, whatever `next` is.
     pub cool: Option<Duration>,
+    /// A retry was due but the retry budget is spent: the call leaves the
+    /// route instead (the driver counts it for `/metrics`).
+    pub budget_exhausted: bool,
 }
 
 impl Decision {
     fn to(next: Next) -> Decision {
-        Decision { next, cool: None }
+        Decision {
+            next,
+            cool: None,
+            budget_exhausted: false,
+        }
     }
 
     /// The ring log's `willRetry`: the same route is tried again.
@@ -146,10 +167,8 @@ impl Decision {
     }
 }
 
-/// The failover rule. `_now` is the clock of the event: no rule reads it
-/// yet; the breaker, the retry budget and the quota rest to a reset hour
-/// will.
-pub fn decide(event: Event<'_>, at: &Progress, rules: &Rules<'_>, _now: Now) -> Decision {
+/// The failover rule, at `now` (the wall face dates a quota rest).
+pub fn decide(event: Event<'_>, at: &Progress, rules: &Rules<'_>, now: Now) -> Decision {
     let failure = match event {
         Event::Committed => return Decision::to(Next::Stop(Stop::Committed)),
         Event::ClientGone => return Decision::to(Next::Stop(Stop::Aborted)),
@@ -157,20 +176,33 @@ pub fn decide(event: Event<'_>, at: &Progress, rules: &Rules<'_>, _now: Now) -> 
         Event::Failed(failure) => failure,
     };
     let cool = (failure.code == FailureCode::Quota)
-        .then(|| failure.retry_after.unwrap_or(rules.ordering.quota_cooldown));
+        .then(|| rest::quota_rest(failure.retry_after, rules.ordering, rules.zone, now.wall));
+    let mut budget_exhausted = false;
     let next = if at.shutting_down {
         Next::Stop(Stop::ShuttingDown)
     } else if failure.code.never_switches() || rules.housekeeping || !at.may_resend {
         Next::Stop(Stop::Final)
-    } else if rules.retry.retryable.contains(&failure.code) && at.tries <= rules.retry.max_retries {
+    } else if rules.retry.retryable.contains(&failure.code)
+        && at.tries <= rules.retry.max_retries
+        && !at.probe
+        && !at.route_open
+    {
         match policy::retry_decision(rules.retry, at.tries, failure.retry_after, at.draw) {
-            RetryDecision::Wait(wait) => Next::Retry { wait },
+            RetryDecision::Wait(wait) if at.budget_left => Next::Retry { wait },
+            RetryDecision::Wait(_) => {
+                budget_exhausted = true;
+                leave(at)
+            }
             RetryDecision::SwitchNow => leave(at),
         }
     } else {
         leave(at)
     };
-    Decision { next, cool }
+    Decision {
+        next,
+        cool,
+        budget_exhausted,
+    }
 }
 
 /// Off this route: to the next, or, on the last, the call is exhausted.
@@ -210,6 +242,7 @@ mod tests {
             retry: policy,
             ordering: &ordering,
             housekeeping,
+            zone: Zone::UTC,
         };
         decide(
             Event::Failed(failure),
@@ -226,6 +259,9 @@ mod tests {
             shutting_down: false,
             draw: NO_JITTER,
             may_resend: true,
+            budget_left: true,
+            probe: false,
+            route_open: false,
         }
     }
 
@@ -319,6 +355,7 @@ mod tests {
                 retry: &p,
                 ordering: &ordering,
                 housekeeping: false,
+                zone: Zone::UTC,
             };
             let at = Progress {
                 draw,
@@ -372,6 +409,7 @@ mod tests {
             retry: &p,
             ordering: &ordering,
             housekeeping: false,
+            zone: Zone::UTC,
         };
         let f = fail(FailureCode::Server);
         let wait = |tries, draw| {
@@ -462,6 +500,7 @@ mod tests {
             retry: &p,
             ordering: &ordering,
             housekeeping: false,
+            zone: Zone::UTC,
         };
         let at = Progress {
             shutting_down: true,
@@ -480,6 +519,7 @@ mod tests {
             retry: &p,
             ordering: &ordering,
             housekeeping: false,
+            zone: Zone::UTC,
         };
         let now = Now::system();
         let d = decide(Event::AtCapacity, &progress(0, true), &rules, now);
@@ -497,6 +537,7 @@ mod tests {
             retry: &p,
             ordering: &ordering,
             housekeeping: false,
+            zone: Zone::UTC,
         };
         let now = Now::system();
         let at = progress(1, true);
@@ -507,12 +548,132 @@ mod tests {
         assert_eq!(gone.next, Next::Stop(Stop::Aborted));
     }
 
+    fn with(at: Progress, failure: &Failure) -> Decision {
+        let p = policy();
+        let ordering = Ordering::default();
+        let rules = Rules {
+            retry: &p,
+            ordering: &ordering,
+            housekeeping: false,
+            zone: Zone::UTC,
+        };
+        decide(Event::Failed(failure), &at, &rules, Now::system())
+    }
+
+    #[test]
+    fn past_the_retry_budget_a_retryable_failure_switches_and_says_so() {
+        for code in DEFAULT_RETRYABLE {
+            let f = fail(code);
+            let spent = Progress {
+                budget_left: false,
+                ..progress(1, true)
+            };
+            let d = with(spent, &f);
+            assert_eq!(d.next, Next::Switch, "{code}");
+            assert!(d.budget_exhausted, "{code}");
+            let last = Progress {
+                budget_left: false,
+                ..progress(1, false)
+            };
+            let d = with(last, &f);
+            assert_eq!(d.next, Next::Stop(Stop::Exhausted), "{code}");
+            assert!(d.budget_exhausted);
+            // Within the budget it retries, and nothing is counted.
+            let d = with(progress(1, true), &f);
+            assert!(d.will_retry() && !d.budget_exhausted);
+        }
+    }
+
+    #[test]
+    fn the_budget_is_not_counted_when_no_retry_was_due_anyway() {
+        let spent = |tries| Progress {
+            budget_left: false,
+            ..progress(tries, true)
+        };
+        let p = policy();
+        for (f, tries) in [
+            (fail(FailureCode::Auth), 1),
+            (fail(FailureCode::Server), p.max_retries + 1),
+            (asking(FailureCode::RateLimit, Duration::from_secs(60)), 1),
+        ] {
+            let d = with(spent(tries), &f);
+            assert_eq!(d.next, Next::Switch, "{f}");
+            assert!(!d.budget_exhausted, "{f}");
+        }
+    }
+
+    #[test]
+    fn a_half_open_probe_gets_no_retry_in_place() {
+        let probe = Progress {
+            probe: true,
+            ..progress(1, true)
+        };
+        let d = with(probe, &fail(FailureCode::Server));
+        assert_eq!(d.next, Next::Switch);
+        assert!(!d.budget_exhausted);
+    }
+
+    #[test]
+    fn a_failure_that_opened_the_breaker_leaves_the_route() {
+        let open = Progress {
+            route_open: true,
+            ..progress(2, true)
+        };
+        assert_eq!(with(open, &fail(FailureCode::Timeout)).next, Next::Switch);
+        let open_last = Progress {
+            route_open: true,
+            ..progress(2, false)
+        };
+        assert_eq!(
+            with(open_last, &fail(FailureCode::Timeout)).next,
+            Next::Stop(Stop::Exhausted)
+        );
+    }
+
+    #[test]
+    fn a_quota_rest_ends_at_the_configured_local_hour() {
+        let p = policy();
+        let ordering = Ordering {
+            quota_cooldown: Duration::from_secs(12 * 3600),
+            quota_cooldown_hour: Some(0),
+            ..Ordering::default()
+        };
+        let rules = Rules {
+            retry: &p,
+            ordering: &ordering,
+            housekeeping: false,
+            zone: Zone(|_| 8 * 3600),
+        };
+        // 2026-12-01T15:50Z is 23:50 at +08:00.
+        let wall = std::time::UNIX_EPOCH + Duration::from_secs(1_796_083_200 + 15 * 3600 + 50 * 60);
+        let now = Now {
+            wall,
+            ..Now::system()
+        };
+        let f = fail(FailureCode::Quota);
+        let d = decide(Event::Failed(&f), &progress(1, true), &rules, now);
+        assert_eq!(d.cool, Some(Duration::from_secs(12 * 3600)));
+        // At 10:00 local the rest runs to midnight: 14 h.
+        let ten_am = now.after(Duration::from_secs(10 * 3600 + 10 * 60));
+        let d = decide(Event::Failed(&f), &progress(1, true), &rules, ten_am);
+        assert_eq!(d.cool, Some(Duration::from_secs(14 * 3600)));
+        // At 13:00 midnight is 11 h away, but the rest is never below 12 h.
+        let one_pm = now.after(Duration::from_secs(13 * 3600 + 10 * 60));
+        let d = decide(Event::Failed(&f), &progress(1, true), &rules, one_pm);
+        assert_eq!(d.cool, Some(Duration::from_secs(12 * 3600)));
+        // A reset the upstream states wins, capped at 26 h.
+        let stated = asking(FailureCode::Quota, Duration::from_secs(7 * 24 * 3600));
+        let d = decide(Event::Failed(&stated), &progress(1, true), &rules, now);
+        assert_eq!(d.cool, Some(rest::MAX_STATED_RESET));
+    }
+
     #[test]
     fn a_pass_through_post_that_may_have_reached_the_upstream_is_never_sent_again() {
         let rules = Rules {
             retry: &RetryPolicy::default(),
             ordering: &Ordering::default(),
             housekeeping: false,
+            zone: Zone::UTC,
         };
         let at = Progress {
             may_resend: false,

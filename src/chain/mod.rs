@@ -9,7 +9,10 @@
 //! error frame; quota failures cool the route; a route at its concurrency cap
 //! is skipped; housekeeping calls get one try on the first route. The rules
 //! are [`decide::decide`], a pure function; the driver here carries out its
-//! answers (waits, sends, cools, logs).
+//! answers (waits, sends, cools, logs). What it learns across calls (the
+//! measured order of [`rank`], the route breakers of [`breaker`], the retry
+//! budget of [`budget`]) lives in [`state::ChainState`], fed after every
+//! try.
 //!
 //! The work runs in the caller's task until the head is known (see
 //! [`Inline`]), then a committed stream goes on in its own task; either way
@@ -23,9 +26,13 @@ mod response;
 pub use attempt::{error_chain, relay, sse_headers};
 pub use outbound::{FixedOutbound, Outbound, OutboundFuture};
 pub use response::{ChainError, ChainResponse};
+pub mod breaker;
+pub mod budget;
 pub mod decide;
 pub mod latency;
 pub mod policy;
+pub mod rank;
+pub mod rest;
 pub mod state;
 
 use std::future::Future;
@@ -41,12 +48,12 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
-use crate::config::{Config, Ordering, RetryPolicy, Route, Timeouts};
+use crate::config::{BreakerPolicy, Config, Ordering, RetryPolicy, Route, Timeouts};
 use crate::http::body::{BoxError, ChannelBody};
 use crate::http::client::HttpClient;
 use crate::http::headers::Secrets;
 use decide::{Decision, Event, Next, Now, Progress, Rules, Stop};
-use state::{AttemptEntry, CallRecord, ChainState, Outcome, RouteReport};
+use state::{AttemptEntry, CallRecord, ChainState, Observed, Outcome, RouteReport, Skipped};
 
 /// Makes a fresh translator for each attempt.
 pub type TranslatorFactory = Arc<dyn Fn() -> Box<dyn StreamTranslator> + Send + Sync>;
@@ -61,6 +68,7 @@ pub struct CallSpec {
     pub routes: Vec<Route>,
     pub retry: RetryPolicy,
     pub ordering: Ordering,
+    pub breaker: BreakerPolicy,
     pub timeouts: Timeouts,
     pub outbound: Arc<dyn Outbound>,
     /// `None`: bytes pass unchanged and the attempt commits on a 2xx head.
@@ -101,6 +109,7 @@ impl CallSpec {
                 .unwrap_or_default(),
             retry: config.retry.clone(),
             ordering: config.ordering.clone(),
+            breaker: config.breaker.clone(),
             timeouts: config.timeouts.clone(),
             outbound,
             translator: None,
@@ -194,6 +203,17 @@ struct Leg<'a> {
     route: &'a Route,
     /// The route after this one, if any.
     next: Option<&'a str>,
+    /// Its breaker is asked before it is tried.
+    gated: bool,
+}
+
+/// What the route's breaker says of the try being decided on.
+#[derive(Debug, Clone, Copy, Default)]
+struct Gate {
+    /// The try is a half-open probe.
+    probe: bool,
+    /// The breaker is open now.
+    open: bool,
 }
 
 /// What the log needs of one try (or skip) on a route.
@@ -230,25 +250,31 @@ async fn drive(ctx: ChainCtx, spec: CallSpec, head_tx: oneshot::Sender<ChainResp
         reports: Vec::new(),
         head_tx: Some(head_tx),
     };
+    let now = Now::system();
     let plan = if spec.housekeeping {
-        state::Plan::housekeeping(&spec.routes)
+        ctx.state.housekeeping_plan(spec.shim, &spec.routes)
     } else {
-        ctx.state
-            .plan(spec.shim, &spec.routes, &spec.ordering, Now::system())
+        ctx.state.plan(spec.shim, &spec.routes, &spec.ordering, now)
     };
+    call.report_skipped(&plan.skipped);
     if plan.routes.is_empty() {
-        call.answer(ChainResponse::Failed(ChainError::NoRoutes {
-            shim: spec.shim,
-        }));
-        call.finish(Outcome::Failed, None);
+        if plan.skipped.is_empty() {
+            call.answer(ChainResponse::Failed(ChainError::NoRoutes {
+                shim: spec.shim,
+            }));
+            call.finish(Outcome::Failed, None);
+        } else {
+            // Every route is disabled by hand.
+            call.exhausted();
+        }
         return;
     }
-    call.report_cooling(&plan.cooling);
     for (index, route) in plan.routes.iter().enumerate() {
         let leg = Leg {
             attempt: index + 1,
             route,
             next: plan.routes.get(index + 1).map(|r| r.name.as_str()),
+            gated: plan.gated,
         };
         if call.route(&leg).await.is_break() {
             return;
@@ -263,16 +289,13 @@ impl Driver<'_> {
     /// the next route, or past the last) or the call is over (`Break`,
     /// answered and logged).
     async fn route(&mut self, leg: &Leg<'_>) -> ControlFlow<()> {
-        let Some(_permit) = self.ctx.state.try_acquire(self.spec.shim, leg.route) else {
-            let failure = Failure::new(
-                FailureCode::Capacity,
-                format!("at its concurrency cap of {}", leg.route.max_concurrency),
-            );
-            let decision = self.decide(Event::AtCapacity, leg, 0, Now::system(), true);
-            self.record(&Tried::skipped(leg, &failure), &decision);
+        let Some((_permit, probe)) = self.enter(leg) else {
             return ControlFlow::Continue(());
         };
         let started = Instant::now();
+        self.ctx
+            .state
+            .route_called(self.spec.shim, &leg.route.name, started);
         let mut tries = 0u32;
         loop {
             tries += 1;
@@ -281,14 +304,19 @@ impl Driver<'_> {
             let (failure, verbatim, held) = match self.try_once(leg.route).await {
                 attempt::PreCommit::Aborted => {
                     let gone = Failure::new(FailureCode::Aborted, "the client went away");
-                    let decision = self.decide(Event::ClientGone, leg, tries, Now::system(), true);
+                    let now = Now::system();
+                    self.observe(leg, Some(&gone), None, now);
+                    let decision =
+                        self.decide(Event::ClientGone, leg, tries, Gate::default(), now, true);
                     let tried = Tried::new(leg, tries, Some(&gone), t0, started);
                     self.record(&tried, &decision);
                     self.finish(Outcome::Aborted, Some(FailureCode::Aborted));
                     return ControlFlow::Break(());
                 }
                 attempt::PreCommit::Committed(committed) => {
-                    return self.commit(leg, tries, (t0, started), committed).await;
+                    return self
+                        .commit(leg, tries, (t0, started), committed, probe)
+                        .await;
                 }
                 attempt::PreCommit::Failed {
                     failure,
@@ -303,8 +331,11 @@ impl Driver<'_> {
                 }
             };
             let now = Now::system();
-            let decision = self.decide(Event::Failed(&failure), leg, tries, now, may_resend);
+            let open = self.observe(leg, Some(&failure), None, now);
+            let gate = Gate { probe, open };
+            let decision = self.decide(Event::Failed(&failure), leg, tries, gate, now, may_resend);
             self.cool(leg, &failure, &decision, now);
+            self.spend(leg, &decision, now);
             self.record(
                 &Tried::new(leg, tries, Some(&failure), t0, started),
                 &decision,
@@ -330,6 +361,35 @@ impl Driver<'_> {
         }
     }
 
+    /// Takes a slot on `leg`'s route and asks its breaker (a gated plan):
+    /// the slot and whether the call is the half-open probe, or `None`
+    /// when the route is skipped (at its cap, logged; breaker open, in the
+    /// call's route list).
+    fn enter(&mut self, leg: &Leg<'_>) -> Option<(state::Permit, bool)> {
+        let Some(permit) = self.ctx.state.try_acquire(self.spec.shim, leg.route) else {
+            let failure = Failure::new(
+                FailureCode::Capacity,
+                format!("at its concurrency cap of {}", leg.route.max_concurrency),
+            );
+            let now = Now::system();
+            let decision = self.decide(Event::AtCapacity, leg, 0, Gate::default(), now, true);
+            self.record(&Tried::skipped(leg, &failure), &decision);
+            return None;
+        };
+        if !leg.gated {
+            return Some((permit, false));
+        }
+        let shim = self.spec.shim;
+        match self.ctx.state.admit(shim, &leg.route.name, Instant::now()) {
+            Some(probe) => Some((permit, probe)),
+            None => {
+                // Another call is probing it (or it opened since the plan).
+                self.report_breaker_open(leg);
+                None
+            }
+        }
+    }
+
     /// One try, unless the client leaves or shimgate stops first.
     async fn try_once(&mut self, route: &Route) -> attempt::PreCommit {
         tokio::select! {
@@ -351,6 +411,7 @@ impl Driver<'_> {
         event: Event<'_>,
         leg: &Leg<'_>,
         tries: u32,
+        gate: Gate,
         now: Now,
         may_resend: bool,
     ) -> Decision {
@@ -358,15 +419,67 @@ impl Driver<'_> {
             retry: &self.spec.retry,
             ordering: &self.spec.ordering,
             housekeeping: self.spec.housekeeping,
+            zone: rest::Zone::LOCAL,
         };
+        let budget_left = matches!(event, Event::Failed(_))
+            && self.ctx.state.budget_allows(
+                self.spec.shim,
+                &leg.route.name,
+                &self.spec.retry,
+                now.mono,
+            );
         let at = Progress {
             tries,
             has_next: leg.next.is_some(),
             shutting_down: self.ctx.hard_stop.is_cancelled(),
             draw: fastrand::f64(),
             may_resend,
+            budget_left,
+            probe: gate.probe,
+            route_open: gate.open && leg.gated,
         };
         decide::decide(event, &at, &rules, now)
+    }
+
+    /// Tells the chain how a try on `leg` ended (`None`: it succeeded);
+    /// true when that opened the route's breaker.
+    fn observe(
+        &self,
+        leg: &Leg<'_>,
+        failure: Option<&Failure>,
+        ttft: Option<Duration>,
+        now: Now,
+    ) -> bool {
+        let seen = Observed {
+            code: failure.map(|f| f.code),
+            reason: failure.map(|f| f.message.as_str()),
+            ttft,
+            // A failure made by shimgate stopping says nothing of the route.
+            neutral: self.ctx.hard_stop.is_cancelled(),
+        };
+        self.ctx.state.observe(
+            self.spec.shim,
+            &leg.route.name,
+            seen,
+            &self.spec.breaker,
+            now,
+        )
+    }
+
+    /// Spends the retry budget on a retry, or counts that it was spent.
+    fn spend(&self, leg: &Leg<'_>, decision: &Decision, now: Now) {
+        if decision.will_retry() {
+            self.ctx
+                .state
+                .spend_retry(self.spec.shim, &leg.route.name, now.mono);
+        }
+        if decision.budget_exhausted {
+            self.ctx.state.budget_exhausted(self.spec.shim);
+            warn!(
+                shim = self.spec.shim,
+                "retry budget spent; switching instead of retrying"
+            );
+        }
     }
 
     /// Puts the route on the cooldown the core asked for.
@@ -416,8 +529,10 @@ impl Driver<'_> {
         tries: u32,
         (t0, started): (Instant, Instant),
         mut committed: attempt::Committed,
+        probe: bool,
     ) -> ControlFlow<()> {
-        let decision = self.decide(Event::Committed, leg, tries, Now::system(), true);
+        let gate = Gate { probe, open: false };
+        let decision = self.decide(Event::Committed, leg, tries, gate, Now::system(), true);
         let shim = self.spec.shim;
         if leg.attempt == 1 && tries == 1 {
             let overhead = self
@@ -442,12 +557,18 @@ impl Driver<'_> {
             // report, as the driver has always logged it (the route list of
             // this call is left without the route that committed).
             let f = Failure::new(FailureCode::Aborted, "the client went away");
+            self.observe(leg, Some(&f), None, Now::system());
             self.entry(&Tried::new(leg, tries, Some(&f), t0, started), false, false);
             self.finish(Outcome::Aborted, Some(FailureCode::Aborted));
             return ControlFlow::Break(());
         }
+        let ttft = committed.upstream_time;
+        self.ctx
+            .state
+            .answered(shim, &leg.route.name, &self.spec.breaker, Now::system());
         let end = attempt::stream(self.ctx, self.spec.timeouts.idle, committed, &body_tx).await;
         let failure = end.err().map(|f| self.spec.secrets.scrub_failure(f));
+        self.observe(leg, failure.as_ref(), Some(ttft), Now::system());
         if let Some(f) = failure.as_ref().filter(|f| f.code != FailureCode::Aborted) {
             warn!(shim, route = %leg.route.name, code = %f.code, reason = %f.message, "stream failed after content; passed on to the client");
         }
@@ -540,25 +661,32 @@ impl Driver<'_> {
         });
     }
 
-    /// The routes the plan left out because they are cooling, in the
-    /// call's route list.
-    fn report_cooling(&mut self, cooling: &[(Route, SystemTime)]) {
-        for (route, until) in cooling {
-            self.reports.push(RouteReport {
-                attempt: 0,
-                route: route.name.clone(),
-                tries: 0,
-                ok: false,
-                code: Some(FailureCode::Quota),
-                reason: Some(format!(
-                    "cooling after a quota failure until {}",
-                    crate::clock::iso8601(*until)
-                )),
-                elapsed: Duration::ZERO,
-                switched_to: None,
-                retry_after: None,
-            });
+    /// The routes the plan left out (cooling, breaker open, disabled), in
+    /// the call's route list.
+    fn report_skipped(&mut self, skipped: &[Skipped]) {
+        for s in skipped {
+            let until = s.until.map(crate::clock::iso8601).unwrap_or_default();
+            let (code, reason) = match s.reason {
+                rank::Reason::Cooling => (
+                    Some(FailureCode::Quota),
+                    format!("cooling after a quota failure until {until}"),
+                ),
+                rank::Reason::BreakerOpen if until.is_empty() => (
+                    None,
+                    "breaker half-open: another call is probing it".to_string(),
+                ),
+                rank::Reason::BreakerOpen => (None, format!("breaker open until {until}")),
+                _ => (None, "disabled by hand (POST /routes/…/enable)".to_string()),
+            };
+            self.reports.push(skip_report(&s.route.name, code, reason));
         }
+    }
+
+    /// A route whose breaker refused the call when it reached it.
+    fn report_breaker_open(&mut self, leg: &Leg<'_>) {
+        let reason = "breaker open: another call is probing it".to_string();
+        self.reports
+            .push(skip_report(&leg.route.name, None, reason));
     }
 
     /// Records how the call ended.
@@ -618,6 +746,21 @@ impl<'a> Tried<'a> {
             switched_to: switched_to.map(str::to_owned),
             retry_after: failure.and_then(|f| f.retry_after),
         }
+    }
+}
+
+/// The report of a route left out without a try.
+fn skip_report(route: &str, code: Option<FailureCode>, reason: String) -> RouteReport {
+    RouteReport {
+        attempt: 0,
+        route: route.to_string(),
+        tries: 0,
+        ok: false,
+        code,
+        reason: Some(reason),
+        elapsed: Duration::ZERO,
+        switched_to: None,
+        retry_after: None,
     }
 }
 

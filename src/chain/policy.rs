@@ -1,5 +1,5 @@
-//! Backoff delays and the waits an upstream asks for (Retry-After and the
-//! `x-ratelimit-reset*` family).
+//! Backoff delays and the waits an upstream asks for (Retry-After, the
+//! `x-ratelimit-reset*` family, and a reset time in an error body).
 
 use std::time::{Duration, SystemTime};
 
@@ -81,6 +81,86 @@ pub fn stated_reset(headers: &HeaderMap) -> Option<Duration> {
         }
     }
     latest
+}
+
+/// Error-body keys that name when a limit resets (an absolute time, RFC
+/// 3339 or epoch seconds/milliseconds) ...
+const RESET_AT_KEYS: [&str; 6] = [
+    "resetat",
+    "reset_at",
+    "resetsat",
+    "resets_at",
+    "resettime",
+    "reset_time",
+];
+/// ... or how long until it does (seconds).
+const RESET_IN_KEYS: [&str; 4] = [
+    "retryafterseconds",
+    "retry_after_seconds",
+    "retry_after",
+    "retryafter",
+];
+/// How deep an error body is searched for those keys.
+const BODY_DEPTH: usize = 4;
+
+/// A reset an error body states (`{"error":{"reset_at":"2026-12-02T00:00:00Z"}}`,
+/// `"resetsAt": 1796169600`, `"retry_after_seconds": 3600`), from `now`:
+/// the latest one it names. Bodies that are not JSON state none.
+pub fn body_reset(body: &str, now: SystemTime) -> Option<Duration> {
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    let mut latest = None;
+    find_resets(&v, now, BODY_DEPTH, &mut latest);
+    latest
+}
+
+fn find_resets(
+    v: &serde_json::Value,
+    now: SystemTime,
+    depth: usize,
+    latest: &mut Option<Duration>,
+) {
+    let serde_json::Value::Object(map) = v else {
+        if let serde_json::Value::Array(items) = v {
+            for item in items.iter().take(16).filter(|_| depth > 0) {
+                find_resets(item, now, depth - 1, latest);
+            }
+        }
+        return;
+    };
+    for (key, value) in map {
+        let key = key.to_ascii_lowercase();
+        let found = if RESET_AT_KEYS.contains(&key.as_str()) {
+            reset_at(value, now)
+        } else if RESET_IN_KEYS.contains(&key.as_str()) {
+            value
+                .as_f64()
+                .or_else(|| value.as_str().and_then(|s| s.trim().parse().ok()))
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .map(Duration::from_secs_f64)
+        } else {
+            None
+        };
+        if let Some(d) = found {
+            *latest = Some(latest.map_or(d, |l: Duration| l.max(d)));
+        } else if depth > 0 {
+            find_resets(value, now, depth - 1, latest);
+        }
+    }
+}
+
+/// An absolute reset time: RFC 3339, or epoch seconds (or milliseconds).
+fn reset_at(value: &serde_json::Value, now: SystemTime) -> Option<Duration> {
+    let at = match value {
+        serde_json::Value::String(s) => humantime::parse_rfc3339_weak(s.trim()).ok()?,
+        serde_json::Value::Number(n) => {
+            let n = n.as_f64().filter(|n| n.is_finite() && *n > 0.0)?;
+            // Past ~2286 in seconds: milliseconds.
+            let secs = if n > 1e10 { n / 1000.0 } else { n };
+            SystemTime::UNIX_EPOCH + Duration::from_secs_f64(secs)
+        }
+        _ => return None,
+    };
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 fn parse_reset(text: &str) -> Option<Duration> {
@@ -183,6 +263,35 @@ mod tests {
         assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
         h.insert("retry-after-ms", HeaderValue::from_static("150"));
         assert_eq!(retry_after(&h), Some(Duration::from_millis(150)));
+    }
+
+    #[test]
+    fn an_error_body_states_its_reset() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_083_200);
+        let cases = [
+            (
+                r#"{"error":{"message":"quota","reset_at":"2026-12-01T06:00:00Z"}}"#,
+                Some(6 * 3600),
+            ),
+            (r#"{"error":{"resetsAt":1796090400}}"#, Some(2 * 3600)),
+            (r#"{"resetTime":1796090400000}"#, Some(2 * 3600)),
+            (r#"{"detail":[{"retry_after_seconds":"90"}]}"#, Some(90)),
+            (
+                r#"{"a":{"retryAfter":5},"b":{"reset_at":"2026-12-01T00:10:00Z"}}"#,
+                Some(600),
+            ),
+            (r#"{"reset_at":"2026-11-30T00:00:00Z"}"#, Some(0)),
+            (r#"{"error":{"message":"insufficient balance"}}"#, None),
+            ("insufficient balance", None),
+            (r#"{"retry_after":-3}"#, None),
+        ];
+        for (body, want) in cases {
+            assert_eq!(
+                body_reset(body, now),
+                want.map(Duration::from_secs),
+                "{body}"
+            );
+        }
     }
 
     #[test]

@@ -35,6 +35,22 @@ pub const DEFAULT_RETRYABLE: [FailureCode; 5] = [
 ];
 /// How long a route rests after a quota failure when the upstream names no reset (12 h).
 pub const DEFAULT_QUOTA_COOLDOWN_MS: u64 = 43_200_000;
+/// In-place retries may be at most this share of the calls of the last
+/// 10 s (Envoy's and linkerd's 20 %) ...
+pub const DEFAULT_BUDGET_RATIO: f64 = 0.2;
+/// ... plus this many a second (Envoy's `min_retry_concurrency` 3).
+pub const DEFAULT_BUDGET_MIN_PER_S: u32 = 3;
+/// How long measured ordering remembers an attempt (10 min): older
+/// evidence says little about a channel now.
+pub const DEFAULT_MEASURE_WINDOW_MS: u64 = 600_000;
+/// Consecutive non-quota failures that open a route's breaker.
+pub const DEFAULT_BREAKER_FAILURES: u32 = 5;
+/// How long an opened breaker stays open before one call is let through.
+pub const DEFAULT_BREAKER_OPEN_MS: u64 = 30_000;
+/// The longest an open breaker's period grows to by doubling (10 min).
+pub const DEFAULT_BREAKER_MAX_OPEN_MS: u64 = 600_000;
+/// How old `routes.json` may be and still be read at start (24 h).
+pub const DEFAULT_STATE_TTL_MS: u64 = 86_400_000;
 /// TCP connect timeout.
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
 /// Time allowed until the upstream's response head.
@@ -94,6 +110,10 @@ pub struct RetryPolicy {
     pub max_delay: Duration,
     pub jitter_ratio: f64,
     pub retryable: Vec<FailureCode>,
+    /// The retry budget: share of the recent calls ...
+    pub budget_ratio: f64,
+    /// ... plus retries a second (DESIGN §5).
+    pub budget_min_per_s: u32,
 }
 
 impl Default for RetryPolicy {
@@ -104,6 +124,8 @@ impl Default for RetryPolicy {
             max_delay: Duration::from_millis(DEFAULT_MAX_DELAY_MS),
             jitter_ratio: DEFAULT_JITTER_RATIO,
             retryable: DEFAULT_RETRYABLE.to_vec(),
+            budget_ratio: DEFAULT_BUDGET_RATIO,
+            budget_min_per_s: DEFAULT_BUDGET_MIN_PER_S,
         }
     }
 }
@@ -115,6 +137,9 @@ pub enum OrderingMode {
     Auto,
     /// Strict configured order, nothing skipped for quota.
     Manual,
+    /// Ranked by measured success rate and speed (README: the score);
+    /// cooling and breaker-open routes skipped as in auto.
+    Measured,
 }
 
 impl OrderingMode {
@@ -123,7 +148,13 @@ impl OrderingMode {
         match self {
             OrderingMode::Auto => "auto",
             OrderingMode::Manual => "manual",
+            OrderingMode::Measured => "measured",
         }
+    }
+
+    /// Whether cooldowns and open breakers skip routes (all but manual).
+    pub fn skips_resting(self) -> bool {
+        self != OrderingMode::Manual
     }
 }
 
@@ -132,6 +163,11 @@ impl OrderingMode {
 pub struct Ordering {
     pub mode: OrderingMode,
     pub quota_cooldown: Duration,
+    /// The local hour (0–23) a quota rest ends at, never before
+    /// `quota_cooldown`.
+    pub quota_cooldown_hour: Option<u8>,
+    /// How long measured ordering remembers an attempt.
+    pub measure_window: Duration,
 }
 
 impl Default for Ordering {
@@ -139,6 +175,27 @@ impl Default for Ordering {
         Ordering {
             mode: OrderingMode::Auto,
             quota_cooldown: Duration::from_millis(DEFAULT_QUOTA_COOLDOWN_MS),
+            quota_cooldown_hour: None,
+            measure_window: Duration::from_millis(DEFAULT_MEASURE_WINDOW_MS),
+        }
+    }
+}
+
+/// `[breaker]` (DESIGN §5): consecutive non-quota failures open a route.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BreakerPolicy {
+    /// 0 = no breaker.
+    pub failures: u32,
+    pub open: Duration,
+    pub max_open: Duration,
+}
+
+impl Default for BreakerPolicy {
+    fn default() -> Self {
+        BreakerPolicy {
+            failures: DEFAULT_BREAKER_FAILURES,
+            open: Duration::from_millis(DEFAULT_BREAKER_OPEN_MS),
+            max_open: Duration::from_millis(DEFAULT_BREAKER_MAX_OPEN_MS),
         }
     }
 }
@@ -259,12 +316,16 @@ pub struct Config {
     pub compressor: Option<String>,
     pub retry: RetryPolicy,
     pub ordering: Ordering,
+    pub breaker: BreakerPolicy,
     pub timeouts: Timeouts,
     pub max_body_bytes: u64,
     pub client: ClientLimits,
     /// `[state] dir`: where shimgate keeps what outlives a restart (the
-    /// proxy identity key).
+    /// proxy identity key, `routes.json`).
     pub state_dir: PathBuf,
+    /// `[state] ttl_ms`: how old `routes.json` may be when read at start;
+    /// zero = no route state file at all.
+    pub state_ttl: Duration,
     /// Every registered shim's section, in registry order.
     pub shims: Vec<ShimConfig>,
 }
@@ -298,10 +359,12 @@ impl Default for Config {
             compressor: None,
             retry: RetryPolicy::default(),
             ordering: Ordering::default(),
+            breaker: BreakerPolicy::default(),
             timeouts: Timeouts::default(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             client: ClientLimits::default(),
             state_dir: default_state_dir(),
+            state_ttl: Duration::from_millis(DEFAULT_STATE_TTL_MS),
             shims: registry::facts().iter().map(ShimConfig::of).collect(),
         }
     }
@@ -372,71 +435,13 @@ impl Config {
             }
         }
         if let Some(r) = raw.retry {
-            let p = &mut config.retry;
-            if let Some(n) = r.max_retries {
-                if n > 100 {
-                    return Err(ConfigError::at(
-                        "retry.max_retries",
-                        format!("{n} is more than 100 retries per route"),
-                    ));
-                }
-                p.max_retries = n;
-            }
-            if let Some(ms) = r.initial_delay_ms {
-                p.initial_delay = positive_ms("retry.initial_delay_ms", ms)?;
-            }
-            if let Some(ms) = r.max_delay_ms {
-                p.max_delay = positive_ms("retry.max_delay_ms", ms)?;
-            }
-            if p.max_delay < p.initial_delay {
-                return Err(ConfigError::at(
-                    "retry.max_delay_ms",
-                    format!(
-                        "{} is below retry.initial_delay_ms ({})",
-                        p.max_delay.as_millis(),
-                        p.initial_delay.as_millis()
-                    ),
-                ));
-            }
-            if let Some(j) = r.jitter_ratio {
-                if !(0.0..=1.0).contains(&j) || j.is_nan() {
-                    return Err(ConfigError::at(
-                        "retry.jitter_ratio",
-                        format!("{j} is not between 0 and 1"),
-                    ));
-                }
-                p.jitter_ratio = j;
-            }
-            if let Some(codes) = r.retryable {
-                let mut parsed = Vec::new();
-                for (i, name) in codes.iter().enumerate() {
-                    let code = FailureCode::parse(name).ok_or_else(|| {
-                        ConfigError::at(
-                            format!("retry.retryable[{i}]"),
-                            format!("unknown failure code {name:?}"),
-                        )
-                    })?;
-                    parsed.push(code);
-                }
-                p.retryable = parsed;
-            }
+            apply_retry(r, &mut config.retry)?;
         }
         if let Some(o) = raw.ordering {
-            if let Some(mode) = o.mode {
-                config.ordering.mode = match mode.as_str() {
-                    "auto" => OrderingMode::Auto,
-                    "manual" => OrderingMode::Manual,
-                    other => {
-                        return Err(ConfigError::at(
-                            "ordering.mode",
-                            format!("{other:?} is neither \"auto\" nor \"manual\""),
-                        ))
-                    }
-                };
-            }
-            if let Some(ms) = o.quota_cooldown_ms {
-                config.ordering.quota_cooldown = positive_ms("ordering.quota_cooldown_ms", ms)?;
-            }
+            apply_ordering(o, &mut config.ordering)?;
+        }
+        if let Some(b) = raw.breaker {
+            apply_breaker(b, &mut config.breaker)?;
         }
         if let Some(u) = raw.upstream {
             if let Some(ms) = u.connect_timeout_ms {
@@ -476,11 +481,15 @@ impl Config {
                 config.client.max_connections = n as usize;
             }
         }
-        if let Some(dir) = raw.state.and_then(|s| s.dir) {
+        let state = raw.state.unwrap_or_default();
+        if let Some(dir) = state.dir {
             if dir.trim().is_empty() {
                 return Err(ConfigError::at("state.dir", "must not be empty"));
             }
             config.state_dir = expand_home(&dir);
+        }
+        if let Some(ms) = state.ttl_ms {
+            config.state_ttl = Duration::from_millis(ms);
         }
         for (name, raw_shim) in raw.shims.unwrap_or_default() {
             let Some(shim) = config.shims.iter_mut().find(|s| s.name == name) else {
@@ -495,6 +504,128 @@ impl Config {
         check_listen_clashes(&config.shims)?;
         Ok(config)
     }
+}
+
+/// `[retry]`.
+fn apply_retry(r: raw::RawRetry, p: &mut RetryPolicy) -> Result<(), ConfigError> {
+    if let Some(n) = r.max_retries {
+        if n > 100 {
+            return Err(ConfigError::at(
+                "retry.max_retries",
+                format!("{n} is more than 100 retries per route"),
+            ));
+        }
+        p.max_retries = n;
+    }
+    if let Some(ms) = r.initial_delay_ms {
+        p.initial_delay = positive_ms("retry.initial_delay_ms", ms)?;
+    }
+    if let Some(ms) = r.max_delay_ms {
+        p.max_delay = positive_ms("retry.max_delay_ms", ms)?;
+    }
+    if p.max_delay < p.initial_delay {
+        return Err(ConfigError::at(
+            "retry.max_delay_ms",
+            format!(
+                "{} is below retry.initial_delay_ms ({})",
+                p.max_delay.as_millis(),
+                p.initial_delay.as_millis()
+            ),
+        ));
+    }
+    if let Some(j) = r.jitter_ratio {
+        if !(0.0..=1.0).contains(&j) || j.is_nan() {
+            return Err(ConfigError::at(
+                "retry.jitter_ratio",
+                format!("{j} is not between 0 and 1"),
+            ));
+        }
+        p.jitter_ratio = j;
+    }
+    if let Some(codes) = r.retryable {
+        let mut parsed = Vec::new();
+        for (i, name) in codes.iter().enumerate() {
+            let code = FailureCode::parse(name).ok_or_else(|| {
+                ConfigError::at(
+                    format!("retry.retryable[{i}]"),
+                    format!("unknown failure code {name:?}"),
+                )
+            })?;
+            parsed.push(code);
+        }
+        p.retryable = parsed;
+    }
+    if let Some(ratio) = r.budget_ratio {
+        // Above 100 retries per call the budget means nothing; a typo.
+        if !(0.0..=100.0).contains(&ratio) || ratio.is_nan() {
+            return Err(ConfigError::at(
+                "retry.budget_ratio",
+                format!("{ratio} is not between 0 and 100"),
+            ));
+        }
+        p.budget_ratio = ratio;
+    }
+    if let Some(n) = r.budget_min_per_s {
+        p.budget_min_per_s = n;
+    }
+    Ok(())
+}
+
+/// `[ordering]`.
+fn apply_ordering(o: raw::RawOrdering, ordering: &mut Ordering) -> Result<(), ConfigError> {
+    if let Some(mode) = o.mode {
+        ordering.mode = match mode.as_str() {
+            "auto" => OrderingMode::Auto,
+            "manual" => OrderingMode::Manual,
+            "measured" => OrderingMode::Measured,
+            other => {
+                return Err(ConfigError::at(
+                    "ordering.mode",
+                    format!("{other:?} is not \"auto\", \"manual\" or \"measured\""),
+                ))
+            }
+        };
+    }
+    if let Some(ms) = o.quota_cooldown_ms {
+        ordering.quota_cooldown = positive_ms("ordering.quota_cooldown_ms", ms)?;
+    }
+    if let Some(hour) = o.quota_cooldown_hour {
+        ordering.quota_cooldown_hour =
+            Some(u8::try_from(hour).ok().filter(|h| *h < 24).ok_or_else(|| {
+                ConfigError::at(
+                    "ordering.quota_cooldown_hour",
+                    format!("{hour} is not an hour of the day (0-23)"),
+                )
+            })?);
+    }
+    if let Some(ms) = o.measure_window_ms {
+        ordering.measure_window = positive_ms("ordering.measure_window_ms", ms)?;
+    }
+    Ok(())
+}
+
+/// `[breaker]`.
+fn apply_breaker(b: raw::RawBreaker, p: &mut BreakerPolicy) -> Result<(), ConfigError> {
+    if let Some(n) = b.failures {
+        p.failures = n;
+    }
+    if let Some(ms) = b.open_ms {
+        p.open = positive_ms("breaker.open_ms", ms)?;
+    }
+    if let Some(ms) = b.max_open_ms {
+        p.max_open = positive_ms("breaker.max_open_ms", ms)?;
+    }
+    if p.max_open < p.open {
+        return Err(ConfigError::at(
+            "breaker.max_open_ms",
+            format!(
+                "{} is below breaker.open_ms ({})",
+                p.max_open.as_millis(),
+                p.open.as_millis()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Two enabled shims cannot share a listen address (port 0 excepted).

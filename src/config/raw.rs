@@ -18,6 +18,7 @@ pub struct RawConfig {
     pub upstream: Option<RawUpstream>,
     pub limits: Option<RawLimits>,
     pub state: Option<RawState>,
+    pub breaker: Option<RawBreaker>,
     /// `[shims.NAME]`, one table per shim of the registry.
     pub shims: Option<BTreeMap<String, RawShim>>,
 }
@@ -27,6 +28,16 @@ pub struct RawConfig {
 #[serde(deny_unknown_fields)]
 pub struct RawState {
     pub dir: Option<String>,
+    pub ttl_ms: Option<u64>,
+}
+
+/// `[breaker]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBreaker {
+    pub failures: Option<u32>,
+    pub open_ms: Option<u64>,
+    pub max_open_ms: Option<u64>,
 }
 
 /// `[compressor]`.
@@ -45,6 +56,8 @@ pub struct RawRetry {
     pub max_delay_ms: Option<u64>,
     pub jitter_ratio: Option<f64>,
     pub retryable: Option<Vec<String>>,
+    pub budget_ratio: Option<f64>,
+    pub budget_min_per_s: Option<u32>,
 }
 
 /// `[ordering]`.
@@ -53,6 +66,8 @@ pub struct RawRetry {
 pub struct RawOrdering {
     pub mode: Option<String>,
     pub quota_cooldown_ms: Option<u64>,
+    pub quota_cooldown_hour: Option<u64>,
+    pub measure_window_ms: Option<u64>,
 }
 
 /// `[upstream]`.

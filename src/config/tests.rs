@@ -163,7 +163,7 @@ fn bad_ordering_mode_is_rejected() {
     let e = err("[ordering]\nmode = \"fastest\"\n");
     assert_eq!(
         e,
-        "ordering.mode: \"fastest\" is neither \"auto\" nor \"manual\""
+        "ordering.mode: \"fastest\" is not \"auto\", \"manual\" or \"measured\""
     );
 }
 
@@ -271,4 +271,77 @@ fn client_limits_have_sane_defaults_and_refuse_zero() {
     assert_eq!(c.client.max_connections, 1024);
     let e = err("[limits]\nmax_connections = 0\n");
     assert_eq!(e, "limits.max_connections: must be > 0, got 0");
+}
+
+#[test]
+fn the_learning_keys_load_with_their_defaults_and_values() {
+    let d = Config::from_toml("").unwrap();
+    assert_eq!(d.retry.budget_ratio, 0.2);
+    assert_eq!(d.retry.budget_min_per_s, 3);
+    assert_eq!(d.breaker.failures, 5);
+    assert_eq!(d.breaker.open, Duration::from_secs(30));
+    assert_eq!(d.breaker.max_open, Duration::from_secs(600));
+    assert_eq!(d.state_ttl, Duration::from_secs(24 * 3600));
+    assert_eq!(d.ordering.quota_cooldown_hour, None);
+    let c = Config::from_toml(
+        r#"
+[retry]
+budget_ratio = 0.5
+budget_min_per_s = 0
+[ordering]
+mode = "measured"
+quota_cooldown_hour = 4
+measure_window_ms = 2000
+[breaker]
+failures = 3
+open_ms = 50
+max_open_ms = 400
+[state]
+ttl_ms = 0
+"#,
+    )
+    .unwrap();
+    assert_eq!(c.ordering.mode, OrderingMode::Measured);
+    assert_eq!(c.ordering.quota_cooldown_hour, Some(4));
+    assert_eq!(c.ordering.measure_window, Duration::from_secs(2));
+    assert_eq!((c.retry.budget_ratio, c.retry.budget_min_per_s), (0.5, 0));
+    assert_eq!(c.breaker.failures, 3);
+    assert_eq!(c.breaker.open, Duration::from_millis(50));
+    assert_eq!(c.breaker.max_open, Duration::from_millis(400));
+    assert_eq!(c.state_ttl, Duration::ZERO);
+}
+
+#[test]
+fn bad_learning_keys_name_their_path() {
+    for (toml, want) in [
+        (
+            "[ordering]\nquota_cooldown_hour = 24\n",
+            "ordering.quota_cooldown_hour: 24 is not an hour of the day (0-23)",
+        ),
+        (
+            "[ordering]\nmeasure_window_ms = 0\n",
+            "ordering.measure_window_ms: must be > 0, got 0",
+        ),
+        (
+            "[retry]\nbudget_ratio = -0.1\n",
+            "retry.budget_ratio: -0.1 is not between 0 and 100",
+        ),
+        (
+            "[breaker]\nopen_ms = 0\n",
+            "breaker.open_ms: must be > 0, got 0",
+        ),
+        (
+            "[breaker]\nopen_ms = 5000\nmax_open_ms = 1000\n",
+            "breaker.max_open_ms: 1000 is below breaker.open_ms (5000)",
+        ),
+        ("[breaker]\nfailures = -1\n", "breaker.failures"),
+        ("[state]\nttl = 5\n", "state"),
+        (
+            "[retry]\nbudget_min_per_s = \"a\"\n",
+            "retry.budget_min_per_s",
+        ),
+    ] {
+        let e = err(toml);
+        assert!(e.starts_with(want), "{toml}: {e}");
+    }
 }

@@ -130,6 +130,12 @@ pub enum ErrorCode {
     ShuttingDown,
     /// A demo provider refused a request it was scripted to refuse.
     DemoProviderRefused,
+    /// A hand control named a shim the registry does not know (404).
+    UnknownShim,
+    /// A hand control named a route the shim does not have (404).
+    UnknownRoute,
+    /// A hand control from a peer that is not on loopback (403).
+    NotLoopback,
 }
 
 impl ErrorCode {
@@ -147,6 +153,9 @@ impl ErrorCode {
             ErrorCode::NoRoutes => "NO_ROUTES",
             ErrorCode::ShuttingDown => "SHUTTING_DOWN",
             ErrorCode::DemoProviderRefused => "DEMO_PROVIDER_REFUSED",
+            ErrorCode::UnknownShim => "UNKNOWN_SHIM",
+            ErrorCode::UnknownRoute => "UNKNOWN_ROUTE",
+            ErrorCode::NotLoopback => "NOT_LOOPBACK",
         }
     }
 
@@ -159,6 +168,8 @@ impl ErrorCode {
             ErrorCode::RidGone => StatusCode::GONE,
             ErrorCode::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             ErrorCode::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::UnknownShim | ErrorCode::UnknownRoute => StatusCode::NOT_FOUND,
+            ErrorCode::NotLoopback => StatusCode::FORBIDDEN,
             ErrorCode::CompressorFailed
             | ErrorCode::UpstreamUnreachable
             | ErrorCode::NoRoutes

@@ -2,6 +2,7 @@
 //! return legs (any shim's, on every listener), then the shim's own
 //! inference path, then pass-through of everything else through the chain.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use http::{Request, Response};
@@ -14,11 +15,12 @@ use crate::http::body::ErrorCode;
 use crate::http::body::{self, Body};
 use crate::http::read::{content_length, read_body};
 
-/// Handles one request on the listener of `shim`.
+/// Handles one request on the listener of `shim`, from `peer`.
 pub async fn handle(
     app: Arc<App>,
     shims: Arc<Shims>,
     shim: &'static str,
+    peer: IpAddr,
     req: Request<Incoming>,
 ) -> Response<Body> {
     if let Some(refused) = not_servable(&req) {
@@ -27,6 +29,9 @@ pub async fn handle(
     let path = req.uri().path();
     if let Some(resp) = admin::handle(&app, &shims, req.method(), path) {
         return resp;
+    }
+    if let Some(control) = admin::routes::parse(req.method(), path) {
+        return admin::routes::handle(&app, control, req.into_body(), peer).await;
     }
     if let Some((name, rid)) = host::return_leg_path(path) {
         if let Some(h) = shims.get(name) {

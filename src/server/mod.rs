@@ -41,6 +41,8 @@ pub struct Running {
     connections: TaskTracker,
     /// Cancelled at shutdown: connections close once their request is done.
     draining: CancellationToken,
+    /// The route state file's writer (saves once more at shutdown).
+    route_writer: tokio::task::JoinHandle<()>,
 }
 
 impl Running {
@@ -77,6 +79,8 @@ impl Running {
             self.app.hard_stop.cancel();
             let _ = tokio::time::timeout(FLUSH_AFTER_HARD_STOP, self.connections.wait()).await;
         }
+        self.route_writer.abort();
+        self.app.route_file.save(&self.app.chain).await;
     }
 }
 
@@ -121,6 +125,7 @@ pub async fn start(config: Config) -> Running {
             }
         }
     }
+    let route_writer = tokio::spawn(app.route_file.clone().writer(app.chain.clone()));
     if config.compressor.is_none() && config.shims.iter().all(|s| s.compressor.is_none()) {
         info!("no compressor is configured: direct mode (requests go upstream uncompressed)");
     }
@@ -132,6 +137,7 @@ pub async fn start(config: Config) -> Running {
         accept_loops,
         connections: tracker,
         draining,
+        route_writer,
     }
 }
 
@@ -169,7 +175,7 @@ async fn accept_loop(
             _ = accepting.cancelled() => return,
             accepted = listener.accept() => accepted,
         };
-        let (stream, _peer) = match accepted {
+        let (stream, peer) = match accepted {
             Ok(pair) => pair,
             Err(e) => {
                 // Out of file descriptors and the like: back off briefly
@@ -180,8 +186,9 @@ async fn accept_loop(
             }
         };
         let (app, shims) = (app.clone(), shims.clone());
+        let peer = peer.ip();
         connections.serve(stream, move |req| {
-            dispatch::handle(app.clone(), shims.clone(), shim, req)
+            dispatch::handle(app.clone(), shims.clone(), shim, peer, req)
         });
     }
 }

@@ -301,10 +301,13 @@ async fn quota_cools_the_route_and_the_next_call_skips_it() {
     assert_eq!(r1.hits(), 1, "the cooling route is skipped");
     let st = gate.status().await;
     assert_eq!(st["chain"]["ordering"]["cooldown"][0]["route"], "r1");
-    assert_eq!(
-        st["chain"]["ordering"]["effective"]["trae"][0]["cooling"],
-        true
-    );
+    // The order the next call takes: r2, then r1 skipped while it cools.
+    let effective = &st["chain"]["ordering"]["effective"]["trae"];
+    assert_eq!(effective[0]["route"], "r2");
+    assert_eq!(effective[0]["reason"], "configured");
+    assert_eq!(effective[1]["route"], "r1");
+    assert_eq!(effective[1]["reason"], "cooling");
+    assert!(effective[1]["until"].as_str().unwrap().ends_with('Z'));
     let skipped = &st["chain"]["calls"][0]["routes"][0];
     assert_eq!(skipped["route"], "r1");
     assert_eq!(skipped["code"], "QUOTA");

@@ -9,6 +9,7 @@ mod bili;
 mod bili_model;
 mod chain;
 mod external;
+mod learning;
 mod lifecycle;
 mod openai_shim;
 mod operator;

@@ -145,6 +145,14 @@ async fn metrics_parse_with_the_prometheus_client_parser() {
         2.0
     );
     assert_eq!(families["shimgate_overhead_seconds"]["type"], "histogram");
+    for (family, kind) in [
+        ("shimgate_route_breaker_state", "gauge"),
+        ("shimgate_route_cooldown_seconds", "gauge"),
+        ("shimgate_route_breaker_opens", "counter"),
+        ("shimgate_retry_budget_exhausted", "counter"),
+    ] {
+        assert_eq!(families[family]["type"], kind, "{family}");
+    }
     assert_eq!(
         sample(
             "shimgate_streams_in_flight",

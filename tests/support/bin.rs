@@ -64,6 +64,20 @@ impl Served {
         std::fs::read_to_string(&self.stderr_file).unwrap_or_default()
     }
 
+    /// Stops it as a user would (TERM) and waits until it exited, so what
+    /// it writes at shutdown is on disk.
+    pub fn stop(mut self) {
+        self.signal("TERM");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("shimgate did not stop within 15 s:\n{}", self.stderr());
+    }
+
     /// Sends a signal (`HUP`, `TERM`).
     pub fn signal(&self, sig: &str) {
         let sig = match sig {

@@ -38,10 +38,13 @@ impl Gate {
     }
 
     /// Starts shimgate with a ready config (its state dir, unless the
-    /// test set one, is a temporary one shared by this test process).
+    /// test set one, is a temporary one shared by this test process, and
+    /// then keeps no route state file: tests must not learn from each
+    /// other).
     pub async fn start_config(mut config: Config) -> Gate {
         if config.state_dir == shimgate::config::default_state_dir() {
             config.state_dir = test_state_dir();
+            config.state_ttl = Duration::ZERO;
         }
         let running = server::start(config).await;
         let url = |n| {

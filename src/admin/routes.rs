@@ -1,0 +1,248 @@
+//! The route hand controls (DESIGN §5, §8): `POST /routes/reset` clears
+//! every cooldown and breaker; `POST /routes/{shim}/{route}/disable` and
+//! `…/enable` take a route out of every order and put it back; `POST
+//! /routes/{shim}/pin` with `{"route": NAME}` forces the head of the order
+//! (`{"route": null}` unpins). Each answers 200 with the shim's new
+//! effective order (reset: every shim's); an unknown shim or route is 404
+//! naming it. What they set is kept in the route state file.
+//!
+//! Only from loopback peers, whatever the listener allows: they change
+//! what every agent's next call does.
+
+use std::net::IpAddr;
+
+use http::{Method, Response, StatusCode};
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+
+use crate::app::App;
+use crate::chain::decide::Now;
+use crate::config::{Config, ShimConfig};
+use crate::http::body::{self, Body, ErrorCode};
+use crate::http::read::read_body;
+use crate::registry;
+
+/// A pin body is a route name in a small JSON object.
+const PIN_BODY_LIMIT: u64 = 4096;
+
+/// One hand control, as its path names it (segments percent-decoded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Control {
+    Reset,
+    Disable { shim: String, route: String },
+    Enable { shim: String, route: String },
+    Pin { shim: String },
+}
+
+/// The control a request is, or `None` when it is not one.
+pub fn parse(method: &Method, path: &str) -> Option<Control> {
+    if method != Method::POST {
+        return None;
+    }
+    let rest = path.strip_prefix("/routes/")?;
+    let parts: Vec<String> = rest.split('/').map(percent_decode).collect();
+    match parts.as_slice() {
+        [reset] if reset == "reset" => Some(Control::Reset),
+        [shim, pin] if pin == "pin" => Some(Control::Pin { shim: shim.clone() }),
+        [shim, route, verb] if verb == "disable" => Some(Control::Disable {
+            shim: shim.clone(),
+            route: route.clone(),
+        }),
+        [shim, route, verb] if verb == "enable" => Some(Control::Enable {
+            shim: shim.clone(),
+            route: route.clone(),
+        }),
+        _ => None,
+    }
+}
+
+/// The refusal of a control from `peer`, unless it is on loopback.
+pub fn refuse_remote(peer: IpAddr) -> Option<Response<Body>> {
+    (!peer.is_loopback()).then(|| {
+        body::error_response(
+            ErrorCode::NotLoopback,
+            &format!("route controls answer loopback peers only, not {peer}"),
+        )
+    })
+}
+
+/// Carries a control out.
+pub async fn handle(app: &App, control: Control, body: Incoming, peer: IpAddr) -> Response<Body> {
+    if let Some(refused) = refuse_remote(peer) {
+        return refused;
+    }
+    let config = app.config();
+    let (shim, route) = match &control {
+        Control::Reset => {
+            app.chain.reset();
+            tracing::info!("route cooldowns and breakers reset (POST /routes/reset)");
+            return body::json_response(StatusCode::OK, &all_effective(app, &config));
+        }
+        Control::Disable { shim, route } | Control::Enable { shim, route } => {
+            (shim.as_str(), Some(route.clone()))
+        }
+        Control::Pin { shim } => {
+            let bytes = match read_body(body, None, PIN_BODY_LIMIT).await {
+                Ok(b) => b,
+                Err(e) => return e.into_response(),
+            };
+            match pin_target(&bytes) {
+                Ok(route) => (shim.as_str(), route),
+                Err(e) => return body::error_response(ErrorCode::BadRequest, &e),
+            }
+        }
+    };
+    let Some(s) = known_shim(&config, shim) else {
+        let known: Vec<_> = registry::names().collect();
+        return body::error_response(
+            ErrorCode::UnknownShim,
+            &format!("unknown shim {shim:?} (known: {})", known.join(", ")),
+        );
+    };
+    if let Some(name) = route.as_deref() {
+        if !s.routes.iter().any(|r| r.name == name) {
+            let known: Vec<_> = s.routes.iter().map(|r| r.name.as_str()).collect();
+            return body::error_response(
+                ErrorCode::UnknownRoute,
+                &format!(
+                    "the {} shim has no route {name:?} (routes: {})",
+                    s.name,
+                    known.join(", ")
+                ),
+            );
+        }
+    }
+    match (&control, route.as_deref()) {
+        (Control::Disable { .. }, Some(r)) => app.chain.set_disabled(s.name, r, true),
+        (Control::Enable { .. }, Some(r)) => app.chain.set_disabled(s.name, r, false),
+        (Control::Pin { .. }, r) => app.chain.pin(s.name, r),
+        _ => {}
+    }
+    tracing::info!(shim = s.name, route = route.as_deref().unwrap_or("-"), control = ?control, "route control");
+    let effective = app
+        .chain
+        .effective(s.name, &s.routes, &config.ordering, Now::system());
+    body::json_response(
+        StatusCode::OK,
+        &json!({"shim": s.name, "effective": effective}),
+    )
+}
+
+/// The shim's config by a name from a path (the registry's own name).
+fn known_shim<'c>(config: &'c Config, name: &str) -> Option<&'c ShimConfig> {
+    registry::find(name).and_then(|f| config.shim(f.name))
+}
+
+/// Every shim's effective order (the answer to a reset).
+fn all_effective(app: &App, config: &Config) -> Value {
+    let now = Now::system();
+    let effective: serde_json::Map<String, Value> = config
+        .shims
+        .iter()
+        .map(|s| {
+            let order = app
+                .chain
+                .effective(s.name, &s.routes, &config.ordering, now);
+            (s.name.to_string(), order)
+        })
+        .collect();
+    json!({"reset": true, "effective": effective})
+}
+
+/// The route a pin body names: `{"route": NAME}`, or `null` to unpin.
+fn pin_target(bytes: &[u8]) -> Result<Option<String>, String> {
+    let v: Value = serde_json::from_slice(bytes)
+        .map_err(|e| format!("a pin takes {{\"route\": NAME}} or {{\"route\": null}}: {e}"))?;
+    match v.get("route") {
+        Some(Value::String(name)) => Ok(Some(name.clone())),
+        Some(Value::Null) => Ok(None),
+        _ => Err("a pin takes {\"route\": NAME} or {\"route\": null}".into()),
+    }
+}
+
+/// `%XX` escapes decoded (a route name may hold any character); a bad
+/// escape is kept as written.
+fn percent_decode(segment: &str) -> String {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_name_their_control() {
+        let post = Method::POST;
+        assert_eq!(parse(&post, "/routes/reset"), Some(Control::Reset));
+        assert_eq!(
+            parse(&post, "/routes/trae/pin"),
+            Some(Control::Pin {
+                shim: "trae".into()
+            })
+        );
+        assert_eq!(
+            parse(&post, "/routes/trae/a%20b%2Fc/disable"),
+            Some(Control::Disable {
+                shim: "trae".into(),
+                route: "a b/c".into()
+            })
+        );
+        assert_eq!(
+            parse(&post, "/routes/qoder/pin/enable"),
+            Some(Control::Enable {
+                shim: "qoder".into(),
+                route: "pin".into()
+            })
+        );
+        assert_eq!(parse(&Method::GET, "/routes/reset"), None);
+        assert_eq!(parse(&post, "/routes/trae/a/b/disable"), None);
+        assert_eq!(parse(&post, "/routes"), None);
+        assert_eq!(parse(&post, "/api/routes/reset"), None);
+    }
+
+    #[test]
+    fn a_pin_body_names_a_route_or_null() {
+        assert_eq!(pin_target(br#"{"route":"r2"}"#), Ok(Some("r2".into())));
+        assert_eq!(pin_target(br#"{"route":null}"#), Ok(None));
+        assert!(pin_target(br#"{"route":3}"#).is_err());
+        assert!(pin_target(b"{}").is_err());
+        assert!(pin_target(b"nope").is_err());
+    }
+
+    #[test]
+    fn controls_answer_loopback_peers_only() {
+        for local in ["127.0.0.1", "127.8.9.1", "::1"] {
+            assert!(refuse_remote(local.parse().unwrap()).is_none(), "{local}");
+        }
+        for remote in ["10.0.0.7", "192.0.2.1", "2001:db8::1"] {
+            let r = refuse_remote(remote.parse().unwrap()).unwrap();
+            assert_eq!(r.status(), StatusCode::FORBIDDEN, "{remote}");
+        }
+    }
+
+    #[test]
+    fn a_bad_escape_is_kept() {
+        assert_eq!(percent_decode("a%2"), "a%2");
+        assert_eq!(percent_decode("%zz"), "%zz");
+        assert_eq!(percent_decode("%41"), "A");
+    }
+}

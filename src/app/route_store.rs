@@ -1,0 +1,284 @@
+//! `routes.json` in the state dir (DESIGN §5): what the chain learnt of its
+//! routes (counters, last failures, cooldown and breaker deadlines, pins and
+//! disables) outlives a restart, so a quota wall the upstream named just
+//! before a restart is not hit again right after it.
+//!
+//! Read once at start; a file older than `[state] ttl_ms` is ignored, a
+//! corrupt or unreadable one is a warning, never a failed start. Written
+//! atomically (a temporary file, then a rename) by one task, at most once
+//! a second (a busy gateway changes its counters on every call), and once
+//! more at shutdown. `ttl_ms = 0`: no file is read or written.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+
+use crate::chain::decide::Now;
+use crate::chain::state::{ChainState, RoutesFile};
+use crate::clock::iso8601;
+use crate::config::Config;
+
+/// The file's name inside the state dir.
+pub const ROUTES_FILE: &str = "routes.json";
+/// The writer saves at most this often.
+pub const DEBOUNCE: Duration = Duration::from_secs(1);
+/// After a change the writer waits this long before saving, so the rest of
+/// what the same call records (its attempt after its cooldown) is in the
+/// same save.
+const SETTLE: Duration = Duration::from_millis(20);
+
+/// What `/status` tells of the file.
+#[derive(Debug, Default, Clone)]
+struct Report {
+    /// What happened at start: `loaded`, `absent`, `expired`, `unreadable`.
+    start: &'static str,
+    problem: Option<String>,
+    saved_at: Option<SystemTime>,
+    writes: u64,
+    last_write_error: Option<String>,
+}
+
+/// Where the route state lives and how it went.
+#[derive(Debug)]
+pub struct RouteStore {
+    /// `None`: `ttl_ms = 0`, no file.
+    path: Option<PathBuf>,
+    ttl: Duration,
+    report: Mutex<Report>,
+}
+
+impl RouteStore {
+    /// Reads the file of `config` (when it keeps one) into `chain`.
+    pub fn open(config: &Config, chain: &ChainState, now: Now) -> RouteStore {
+        let ttl = config.state_ttl;
+        let path = (!ttl.is_zero()).then(|| config.state_dir.join(ROUTES_FILE));
+        let mut report = Report {
+            start: "off",
+            ..Report::default()
+        };
+        if let Some(path) = &path {
+            match read(path, ttl, now.wall) {
+                Ok(Loaded::Absent) => report.start = "absent",
+                Ok(Loaded::Expired(age)) => {
+                    report.start = "expired";
+                    tracing::info!(path = %path.display(), age_ms = age.as_millis() as u64, "route state file older than [state] ttl_ms: ignored");
+                }
+                Ok(Loaded::Fresh(file)) => {
+                    chain.restore(&file, now);
+                    report.start = "loaded";
+                    report.saved_at = Some(UNIX_EPOCH + Duration::from_millis(file.saved_at_ms));
+                }
+                Err(problem) => {
+                    tracing::warn!(path = %path.display(), "cannot use the route state file ({problem}); starting without it");
+                    report.start = "unreadable";
+                    report.problem = Some(problem);
+                }
+            }
+        }
+        RouteStore {
+            path,
+            ttl,
+            report: Mutex::new(report),
+        }
+    }
+
+    /// No file (tests and the demo).
+    pub fn off() -> RouteStore {
+        RouteStore {
+            path: None,
+            ttl: Duration::ZERO,
+            report: Mutex::new(Report {
+                start: "off",
+                ..Report::default()
+            }),
+        }
+    }
+
+    fn report(&self) -> std::sync::MutexGuard<'_, Report> {
+        self.report.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The `/status` `chain.stateFile` section.
+    pub fn status(&self) -> Value {
+        let r = self.report().clone();
+        json!({
+            "path": self.path.as_ref().map(|p| p.display().to_string()),
+            "ttlMs": self.ttl.as_millis() as u64,
+            "atStart": r.start,
+            "problem": r.problem,
+            "savedAt": r.saved_at.map(iso8601),
+            "writes": r.writes,
+            "lastWriteError": r.last_write_error,
+        })
+    }
+
+    /// Writes the chain's state now (a no-op without a file).
+    pub async fn save(self: &Arc<Self>, chain: &ChainState) {
+        let Some(path) = self.path.clone() else {
+            return;
+        };
+        let now = Now::system();
+        let bytes = match serde_json::to_vec_pretty(&chain.snapshot(now)) {
+            Ok(b) => b,
+            Err(e) => return self.wrote(Err(e.to_string()), now.wall),
+        };
+        let written = tokio::task::spawn_blocking(move || write_atomically(&path, &bytes))
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()));
+        self.wrote(written, now.wall);
+    }
+
+    fn wrote(&self, result: Result<(), String>, at: SystemTime) {
+        let mut r = self.report();
+        match result {
+            Ok(()) => {
+                r.writes += 1;
+                r.saved_at = Some(at);
+                r.last_write_error = None;
+            }
+            Err(e) => {
+                if r.last_write_error.as_deref() != Some(e.as_str()) {
+                    tracing::warn!(error = %e, "cannot write the route state file");
+                }
+                r.last_write_error = Some(e);
+            }
+        }
+    }
+
+    /// Saves whenever the chain's state changed, at most once per
+    /// [`DEBOUNCE`]; runs until aborted (shutdown saves once more).
+    pub async fn writer(self: Arc<Self>, chain: Arc<ChainState>) {
+        if self.path.is_none() {
+            return;
+        }
+        loop {
+            chain.changed.notified().await;
+            tokio::time::sleep(SETTLE).await;
+            self.save(&chain).await;
+            tokio::time::sleep(DEBOUNCE - SETTLE).await;
+        }
+    }
+}
+
+/// What reading the file gave.
+#[derive(Debug)]
+enum Loaded {
+    Absent,
+    Expired(Duration),
+    Fresh(RoutesFile),
+}
+
+/// Reads and checks the file at `path` at `now`.
+fn read(path: &Path, ttl: Duration, now: SystemTime) -> Result<Loaded, String> {
+    let text = match std::fs::read(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::Absent),
+        Err(e) => return Err(e.to_string()),
+    };
+    let file: RoutesFile =
+        serde_json::from_slice(&text).map_err(|e| format!("not a route state file: {e}"))?;
+    if file.version != crate::chain::state::SNAPSHOT_VERSION {
+        return Err(format!(
+            "version {} is not {}",
+            file.version,
+            crate::chain::state::SNAPSHOT_VERSION
+        ));
+    }
+    let saved = UNIX_EPOCH + Duration::from_millis(file.saved_at_ms);
+    // A file from the future (the clock moved back) counts as new.
+    let age = now.duration_since(saved).unwrap_or_default();
+    if age > ttl {
+        return Ok(Loaded::Expired(age));
+    }
+    Ok(Loaded::Fresh(file))
+}
+
+/// Writes `bytes` to `path` so a reader sees the old file or the new one,
+/// never half of one: a temporary file beside it, synced, then renamed.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!("{ROUTES_FILE}.{}.tmp", std::process::id()));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(dir: &Path, ttl_ms: u64) -> Config {
+        Config {
+            state_dir: dir.to_path_buf(),
+            state_ttl: Duration::from_millis(ttl_ms),
+            ..Config::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_saved_state_is_read_back_at_the_next_start() {
+        let tmp = tempfile::tempdir().unwrap();
+        let chain = Arc::new(ChainState::new());
+        let now = Now::system();
+        chain.cool("trae", "a", Duration::from_secs(60), "QUOTA", now);
+        let store = Arc::new(RouteStore::open(&config(tmp.path(), 60_000), &chain, now));
+        assert_eq!(store.status()["atStart"], "absent");
+        store.save(&chain).await;
+        assert_eq!(store.status()["writes"], 1);
+        assert!(!tmp
+            .path()
+            .join(format!("{ROUTES_FILE}.{}.tmp", std::process::id()))
+            .exists());
+        let fresh = ChainState::new();
+        let again = RouteStore::open(&config(tmp.path(), 60_000), &fresh, Now::system());
+        assert_eq!(again.status()["atStart"], "loaded");
+        assert_eq!(
+            fresh.snapshot(now).shims["trae"].routes["a"].cooldown,
+            chain.snapshot(now).shims["trae"].routes["a"].cooldown
+        );
+    }
+
+    #[test]
+    fn a_corrupt_file_is_a_problem_not_a_failure_and_an_old_one_is_ignored() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join(ROUTES_FILE);
+        std::fs::write(&file, "{ not json").unwrap();
+        let chain = ChainState::new();
+        let store = RouteStore::open(&config(tmp.path(), 60_000), &chain, Now::system());
+        assert_eq!(store.status()["atStart"], "unreadable");
+        assert!(store.status()["problem"]
+            .as_str()
+            .unwrap()
+            .contains("not a route state file"));
+        let old = RoutesFile {
+            version: crate::chain::state::SNAPSHOT_VERSION,
+            saved_at_ms: crate::clock::epoch_ms(SystemTime::now()) - 120_000,
+            ..RoutesFile::default()
+        };
+        std::fs::write(&file, serde_json::to_vec(&old).unwrap()).unwrap();
+        let store = RouteStore::open(&config(tmp.path(), 60_000), &chain, Now::system());
+        assert_eq!(store.status()["atStart"], "expired");
+    }
+
+    #[tokio::test]
+    async fn ttl_zero_reads_and_writes_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join(ROUTES_FILE), "{ not json").unwrap();
+        let chain = Arc::new(ChainState::new());
+        let store = Arc::new(RouteStore::open(
+            &config(tmp.path(), 0),
+            &chain,
+            Now::system(),
+        ));
+        assert_eq!(store.status()["atStart"], "off");
+        std::fs::remove_file(tmp.path().join(ROUTES_FILE)).unwrap();
+        store.save(&chain).await;
+        assert!(!tmp.path().join(ROUTES_FILE).exists());
+    }
+}
