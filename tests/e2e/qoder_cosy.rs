@@ -172,7 +172,7 @@ async fn info_cosy_key_and_the_client_s_headers_go_upstream_unchanged() {
 
 #[tokio::test]
 async fn an_encode_1_body_that_does_not_decode_falls_back_with_the_upstream_s_answer() {
-    let up = Upstream::always(Reply::json(200, r#"{"code":"400","message":"bad body"}"#)).await;
+    let up = Upstream::always(Reply::json(400, r#"{"code":"400","message":"bad body"}"#)).await;
     let gate = Gate::start(&routes(&up.url())).await;
     let resp = client::send(
         Method::POST,
@@ -181,8 +181,9 @@ async fn an_encode_1_body_that_does_not_decode_falls_back_with_the_upstream_s_an
         "this is <not> the qoder encoding",
     )
     .await;
-    assert_eq!(resp.status, StatusCode::OK);
+    assert_eq!(resp.status, StatusCode::BAD_REQUEST, "the upstream's own answer");
     assert_eq!(resp.text(), r#"{"code":"400","message":"bad body"}"#);
+    assert_eq!(up.hits(), 1, "passed through once, untouched");
     assert_eq!(up.requests()[0].body, b"this is <not> the qoder encoding");
     let q = &gate.status().await["qoderShim"];
     assert_eq!(q["fallback"], 1, "{q:#}");
