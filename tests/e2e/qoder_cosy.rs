@@ -34,6 +34,7 @@ async fn behind_reference_compressor(base: &str) -> (Gate, shimgate::compressor:
         shimgate::compressor::Policy {
             threshold_chars: 8000,
             keep_turns: 2,
+            pass_through: false,
         },
     )
     .await
