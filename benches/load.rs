@@ -33,6 +33,8 @@ mod gate;
 mod judge;
 #[path = "load/latency.rs"]
 mod latency;
+#[path = "load/profile.rs"]
+mod profile;
 #[path = "load/report.rs"]
 mod report;
 #[path = "load/soak.rs"]

@@ -9,6 +9,8 @@ pub struct Phases {
     pub soak: bool,
     pub latency: bool,
     pub streams: bool,
+    /// Instruction counts per call under callgrind (only when asked for).
+    pub profile: bool,
 }
 
 /// Everything a run is told.
@@ -21,7 +23,8 @@ pub struct Args {
     pub seconds: f64,
     /// Turns per soak conversation at most.
     pub turns: usize,
-    /// Soak legs: `compressor`, `bare`, `direct`.
+    /// Soak legs: `compressor`, `bare`, `direct`; the latency and
+    /// profile phases take `direct` (`bare` reads as it) and `compressor`.
     pub paths: Vec<String>,
     /// Concurrent slow streams of the memory phase.
     pub big_streams: usize,
@@ -32,6 +35,8 @@ pub struct Args {
     pub seed: u64,
     /// Characters of each soak question.
     pub question_chars: usize,
+    /// Calls per case and mode of the profile phase.
+    pub profile_calls: usize,
 }
 
 /// A soak leg, as `--path` names it.
@@ -50,6 +55,9 @@ enum PhaseArg {
     Soak,
     Latency,
     Streams,
+    /// shimgate and the bare forwarders under `valgrind --tool=callgrind`:
+    /// instructions per call of each case (slow; never in the defaults).
+    Profile,
 }
 
 /// The command line as given; [`Args`] is what it resolves to.
@@ -75,7 +83,8 @@ struct Cli {
     /// Turns per soak conversation at most.
     #[arg(long, value_name = "N", default_value_t = 400)]
     turns: usize,
-    /// Soak legs.
+    /// Soak legs; also the latency and profile paths (`bare` counts as
+    /// `direct` there).
     #[arg(long, value_enum, default_value = "both")]
     path: PathArg,
     /// Phases to run, comma-separated [default: soak,latency,streams; --ci soak].
@@ -96,6 +105,9 @@ struct Cli {
     /// Characters of each soak question.
     #[arg(long, value_name = "N", default_value_t = 336)]
     question_chars: usize,
+    /// Calls per case and mode of the profile phase (each under callgrind).
+    #[arg(long, value_name = "N", default_value_t = 200)]
+    profile_calls: usize,
     /// Passed by `cargo bench`; nothing to do here.
     #[arg(long, hide = true)]
     bench: bool,
@@ -125,11 +137,13 @@ impl From<Cli> for Args {
                 soak: list.contains(&PhaseArg::Soak),
                 latency: list.contains(&PhaseArg::Latency),
                 streams: list.contains(&PhaseArg::Streams),
+                profile: list.contains(&PhaseArg::Profile),
             },
             None => Phases {
                 soak: true,
                 latency: !cli.ci,
                 streams: !cli.ci,
+                profile: false,
             },
         };
         let paths = match cli.path {
@@ -149,6 +163,7 @@ impl From<Cli> for Args {
             samples: preset.pick(cli.samples, None, Some(800), 3000),
             seed: cli.seed,
             question_chars: cli.question_chars,
+            profile_calls: cli.profile_calls,
         }
     }
 }

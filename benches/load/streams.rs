@@ -31,6 +31,9 @@ const PIECES: usize = 80;
 const RAMP: Duration = Duration::from_secs(3);
 /// Peak RSS target for the big run.
 const TARGET_PEAK_RSS_MIB: u64 = 200;
+/// shimgate's RSS per idle stream through the full path (four sockets a
+/// stream, two of them the proxy's round trip), at most.
+const TARGET_PER_STREAM_KIB: f64 = 64.0;
 
 /// The slow agent's answer: this many 1 KiB content frames (64 MiB), more
 /// than every kernel buffer on the path can hold, sent as fast as the
@@ -273,6 +276,15 @@ pub async fn run(n: usize, direct: bool) -> StreamsReport {
             format!(
                 "peak RSS {} KiB over the {TARGET_PEAK_RSS_MIB} MiB target",
                 peak_kib
+            ),
+        );
+    }
+    let per_stream = (all_open_kib.saturating_sub(baseline_kib)) as f64 / max_active.max(1) as f64;
+    if !direct && per_stream > TARGET_PER_STREAM_KIB {
+        findings.add(
+            "limits",
+            format!(
+                "{per_stream:.1} KiB per idle stream through the full path, over the {TARGET_PER_STREAM_KIB} KiB target"
             ),
         );
     }
