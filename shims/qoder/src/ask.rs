@@ -117,6 +117,41 @@ pub fn fold(native: &[u8]) -> Result<Folded<OriginalAsk>, ShimError> {
     })
 }
 
+/// The answer shape of the body [`fold`] would make (`model` from
+/// `model_config.key`, `stream: true`), read without parsing the
+/// conversation; `None` when unsure (not UTF-8, not JSON the strict
+/// scanner accepts, an escaped key, no `messages` list): the caller folds,
+/// which decides, refusals included.
+pub fn shape(native: &[u8]) -> Option<Value> {
+    std::str::from_utf8(native).ok()?;
+    let (mut model_config, mut messages) = (None, None);
+    let mut escaped_key = false;
+    // A repeated key keeps its last value, as the parsed ask does.
+    shimgate_shim_api::json_scan::members(native, &mut |key, value| match key {
+        b"\"model_config\"" => model_config = Some(value),
+        b"\"messages\"" => messages = Some(value),
+        _ => escaped_key |= key.contains(&b'\\'),
+    })
+    .ok()?;
+    if escaped_key || messages?.first() != Some(&b'[') {
+        return None;
+    }
+    let config: Option<Value> = match model_config {
+        Some(raw) => Some(serde_json::from_slice(raw).ok()?),
+        None => None,
+    };
+    let model_key = config
+        .as_ref()
+        .and_then(|c| c.get("key"))
+        .and_then(Value::as_str)
+        .filter(|k| !k.is_empty())
+        .unwrap_or(DEFAULT_MODEL);
+    let mut shape = Map::new();
+    shape.insert("model".into(), model_key.into());
+    shape.insert("stream".into(), Value::Bool(true));
+    Some(Value::Object(shape))
+}
+
 /// Rebuilds the ask from the original and the (compressed) OpenAI body:
 /// `messages`, `tools` (always present, `[]` when absent) and the sampling
 /// fields of `parameters` come from `openai`; every other field from the

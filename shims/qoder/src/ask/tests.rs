@@ -368,3 +368,29 @@ fn an_ask_that_is_not_json_is_still_refused_as_not_json() {
     assert!(reason(br#"{"messages":[],1e400:1}"#).contains("not JSON"));
     assert!(reason(br#"{"messages":[],"t":1e400"#).contains("not JSON"));
 }
+
+#[test]
+fn the_shape_is_what_the_fold_would_carry() {
+    let mut no_key = sample_ask();
+    no_key["model_config"] = json!({"key": ""});
+    let mut no_config = sample_ask();
+    no_config.as_object_mut().unwrap().remove("model_config");
+    for ask in [sample_ask(), no_key, no_config] {
+        let bytes = serde_json::to_vec(&ask).unwrap();
+        let want = shimgate_shim_api::answer_shape(&fold(&bytes).unwrap().openai);
+        assert_eq!(shape(&bytes), Some(want));
+    }
+}
+
+#[test]
+fn the_shape_leaves_what_it_is_unsure_of_to_the_fold() {
+    for body in [
+        r#"{"model_config":{"key":"m"}}"#,
+        r#"{"messages":"x"}"#,
+        r#"{"messages":[],"parameters":{"temperature":1e400}}"#,
+        r#"{"m\u0065ssages":[]}"#,
+        "not json",
+    ] {
+        assert_eq!(shape(body.as_bytes()), None, "{body}");
+    }
+}
