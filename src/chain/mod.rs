@@ -12,9 +12,10 @@
 //! answers (waits, sends, cools, logs).
 //!
 //! The work runs in the caller's task until the head is known (see
-//! [`Inline`]), then a committed stream goes on in its own task; either way
-//! the client going away (the response future or body being dropped) is
-//! seen at once and cancels backoff and the upstream call.
+//! [`Inline`]), then a committed stream goes on in the task that reads its
+//! body (the body polls the rest of the call); either way the client going
+//! away (the response future or body being dropped) is seen at once and
+//! cancels backoff and the upstream call.
 
 mod attempt;
 mod outbound;
@@ -126,10 +127,12 @@ type Drive = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// A call until its head is known. The chain runs in the caller's task up
 /// to then: handing it to another task and back would cost two cross-thread
-/// wake-ups on every call. A committed stream then moves to a task of its
-/// own. Dropped early (the client went away), it hands the drive to a task
-/// with the head receiver gone, so the drive sees that at once, records
-/// ABORTED and cancels backoff and the upstream call.
+/// wake-ups on every call. A committed stream's body then runs the rest of
+/// the drive from its own polls ([`ChannelBody::fed_by`]), in the client's
+/// connection task: a task of its own would cost a cross-thread hand-off
+/// per upstream chunk. Dropped early (the client went away), it hands the
+/// drive to a task with the head receiver gone, so the drive sees that at
+/// once, records ABORTED and cancels backoff and the upstream call.
 struct Inline {
     drive: Option<Drive>,
     head_rx: Option<oneshot::Receiver<ChainResponse>>,
@@ -150,12 +153,19 @@ impl Inline {
             }
         };
         self.head_rx = None;
-        // A drive still running sent the head and streams on, from here in
-        // its own task.
+        let mut head = head.unwrap_or(ChainResponse::Failed(ChainError::Aborted));
+        // A drive still running sent the head and streams on: from the
+        // body's polls when it is a stream, else (it only has its books
+        // to close) in a task.
         if let Some(drive) = self.drive.take() {
-            tokio::spawn(drive);
+            match head {
+                ChainResponse::Stream { ref mut body, .. } => body.fed_by(drive),
+                _ => {
+                    tokio::spawn(drive);
+                }
+            }
         }
-        head.unwrap_or(ChainResponse::Failed(ChainError::Aborted))
+        head
     }
 }
 

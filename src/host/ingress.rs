@@ -329,11 +329,13 @@ async fn relay<S: Shim>(
         host.shim.ingress(original),
         host.rebuild.clone(),
     ));
-    let (tx, body) = ChannelBody::channel();
+    let (tx, mut body) = ChannelBody::channel();
     let ctx = app.chain_ctx();
     let idle = config.timeouts.idle;
     let stats = app.shim_stats(host.shim.name());
-    tokio::spawn(async move {
+    // Run by the agent's body itself, in its connection's task: no hand-off
+    // between tasks per relayed chunk.
+    body.fed_by(Box::pin(async move {
         // While the answer streams, the proxy may still call the return
         // leg (its own tool loop): keep the rid alive until the end.
         let _pin = pin;
@@ -345,7 +347,7 @@ async fn relay<S: Shim>(
                 ));
             }
         }
-    });
+    }));
     let mut out = Response::new(body::streaming(body));
     *out.headers_mut() = chain::sse_headers("");
     out.headers_mut().remove("x-shimgate-route");
