@@ -23,6 +23,8 @@
 //! [`fail`](StreamTranslator::fail) writes a SOLO `error` built by
 //! [`failure_payload`] and ends the stream.
 
+use std::borrow::Cow;
+
 use bytes::{BufMut, BytesMut};
 use serde_json::{Map, Value};
 use shimgate_shim_api::sse::write_data;
@@ -31,6 +33,7 @@ use shimgate_shim_api::{Failure, FailureCode, FrameClass, StreamTranslator};
 use crate::classify::SoloError;
 use crate::ext::{failure_payload, EXT_KEY};
 use crate::json_write as jw;
+use shimgate_shim_api::json_scan::{Cursor, RawStr};
 
 /// The ingress translator for one answer relayed by the proxy.
 #[derive(Debug, Default)]
@@ -102,6 +105,18 @@ impl ToSolo {
         retry: Option<u64>,
         data: &[u8],
     ) {
+        self.frame_head(out, event, id, retry);
+        write_data(out, data);
+    }
+
+    /// The lines of a frame before its data (see [`ToSolo::frame`]).
+    fn frame_head(
+        &mut self,
+        out: &mut BytesMut,
+        event: Option<&str>,
+        id: Option<Option<&str>>,
+        retry: Option<u64>,
+    ) {
         if let Some(name) = event {
             out.put_slice(b"event: ");
             out.put_slice(name.replace(['\r', '\n'], "").as_bytes());
@@ -124,7 +139,29 @@ impl ToSolo {
             jw::uint(out, ms);
             out.put_u8(b'\n');
         }
-        write_data(out, data);
+    }
+
+    /// A plain content chunk, the kind nearly every frame of an answer is
+    /// (text or reasoning in the first choice's delta; no `x_solo`, error,
+    /// usage, tool calls or finish), read with the strict scanner and
+    /// written as [`ToSolo::write_output`] would write it, without parsing
+    /// it into a `Value` (which cost more than the rest of the frame's
+    /// relaying together). `None`: any other chunk, for the `Value` reading.
+    fn plain_content(&mut self, data: &[u8], out: &mut BytesMut) -> Option<FrameClass> {
+        let (response, reasoning) = plain_delta(data)?;
+        if response == EMPTY_LITERAL && reasoning == EMPTY_LITERAL {
+            return Some(FrameClass::NotContent);
+        }
+        self.flush(out);
+        let id = self.upstream_id.clone();
+        self.frame_head(out, Some("output"), Some(id.as_deref()), None);
+        out.reserve(response.len() + reasoning.len() + 72);
+        out.put_slice(b"data: {\"response\":");
+        out.put_slice(&response);
+        out.put_slice(b",\"reasoning_content\":");
+        out.put_slice(&reasoning);
+        out.put_slice(b",\"tool_calls\":null}\n\n");
+        Some(FrameClass::Content)
     }
 
     fn write_carried(&mut self, out: &mut BytesMut, name: Option<&str>, c: &Carried) {
@@ -331,6 +368,124 @@ impl ToSolo {
     }
 }
 
+/// `""`, the literal of an absent or null text.
+const EMPTY_LITERAL: &[u8] = b"\"\"";
+
+/// The text and reasoning of a plain content chunk (see
+/// [`ToSolo::plain_content`]) as the string literals [`jw::string`] writes
+/// for them; `None` for any other chunk, or one the scanner is unsure of
+/// (the `Value` reading decides those). One strict pass: a member that is
+/// read is validated where it is read, the rest where it is skipped.
+fn plain_delta(data: &[u8]) -> Option<(Literal<'_>, Literal<'_>)> {
+    // A carrier (most non-content frames) is the `Value` reading's anyway.
+    if memchr::memmem::find(data, EXT_KEY.as_bytes()).is_some() {
+        return None;
+    }
+    std::str::from_utf8(data).ok()?;
+    let mut c = Cursor::strict(data);
+    c.enter_object()?;
+    let mut texts = None;
+    let mut first = true;
+    while let Some(key) = c.next_key(&mut first)? {
+        // An escaped key could spell anything.
+        if key.escaped {
+            return None;
+        }
+        match key.raw(data) {
+            b"choices" => texts = Some(first_choice_texts(&mut c)?),
+            b"error" | b"usage" => return None,
+            _ => c.skip_value()?,
+        }
+    }
+    if !c.at_end() {
+        return None;
+    }
+    let (content, reasoning) = texts?;
+    Some((text_literal(data, content)?, text_literal(data, reasoning)?))
+}
+
+/// A string literal as the SOLO frame holds it.
+type Literal<'a> = Cow<'a, [u8]>;
+
+/// A text member: absent, `null`, or a string (any other value: unsure).
+type Text = Option<Option<RawStr>>;
+
+/// The texts of the first choice of `choices` (the cursor at its value);
+/// `None` unless it is an array whose first item is an object with an
+/// object `delta` holding no tool call, and no finish.
+fn first_choice_texts(c: &mut Cursor<'_>) -> Option<(Text, Text)> {
+    c.enter_array()?;
+    let mut texts = None;
+    let mut first = true;
+    while c.next_item(&mut first)? {
+        if texts.is_some() {
+            c.skip_value()?;
+            continue;
+        }
+        c.enter_object()?;
+        let mut delta = None;
+        let mut first_key = true;
+        while let Some(key) = c.next_key(&mut first_key)? {
+            if key.escaped {
+                return None;
+            }
+            match key.raw(c.buf()) {
+                b"delta" => delta = Some(delta_texts(c)?),
+                b"finish_reason" if !c.skip_is_null()? => return None,
+                b"finish_reason" => {}
+                _ => c.skip_value()?,
+            }
+        }
+        texts = Some(delta?);
+    }
+    texts
+}
+
+fn delta_texts(c: &mut Cursor<'_>) -> Option<(Text, Text)> {
+    c.enter_object()?;
+    let (mut content, mut reasoning) = (None, None);
+    let mut first = true;
+    while let Some(key) = c.next_key(&mut first)? {
+        if key.escaped {
+            return None;
+        }
+        match key.raw(c.buf()) {
+            b"content" => content = Some(text(c)?),
+            b"reasoning_content" => reasoning = Some(text(c)?),
+            b"tool_calls" if !c.skip_is_null()? => return None,
+            b"tool_calls" => {}
+            _ => c.skip_value()?,
+        }
+    }
+    Some((content, reasoning))
+}
+
+/// A string or `null` (`Some(None)`); `None` for anything else.
+fn text(c: &mut Cursor<'_>) -> Option<Option<RawStr>> {
+    if c.peek()? == b'"' {
+        return c.string().map(Some);
+    }
+    c.skip_is_null()?.then_some(None)
+}
+
+/// A text member as [`jw::string`] writes the string it holds: absent or
+/// `null` is `""`, a literal without escapes is already that (the writer
+/// escapes only what JSON requires), others are decoded and written again.
+fn text_literal(data: &[u8], text: Text) -> Option<Literal<'_>> {
+    let Some(Some(raw)) = text else {
+        return Some(Cow::Borrowed(EMPTY_LITERAL));
+    };
+    // The quotes sit just outside the contents.
+    let literal = data.get(raw.start - 1..raw.end + 1)?;
+    if !raw.escaped {
+        return Some(Cow::Borrowed(literal));
+    }
+    let decoded: String = serde_json::from_slice(literal).ok()?;
+    let mut again = Vec::with_capacity(literal.len());
+    jw::string(&mut again, &decoded);
+    Some(Cow::Owned(again))
+}
+
 fn call_name(t: &Value) -> &str {
     t.pointer("/function/name")
         .and_then(Value::as_str)
@@ -405,6 +560,9 @@ impl StreamTranslator for ToSolo {
         let data = ev.data.trim_ascii();
         if data == b"[DONE]" {
             return self.end(out);
+        }
+        if let Some(class) = self.plain_content(data, out) {
+            return class;
         }
         let Ok(v) = serde_json::from_slice::<Value>(data) else {
             // Not a chunk (a proxy's own noise): nothing the agent can use.

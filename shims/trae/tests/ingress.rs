@@ -302,3 +302,51 @@ fn usage_reported_before_a_cut_still_reaches_the_agent() {
         assert_eq!(names(&agent), ["output", "token_usage", "error"]);
     }
 }
+
+/// Plain content chunks take a scanner path; the same chunks with a
+/// `"usage": null` member (which the ingress ignores) take the `Value`
+/// path. Both must write the same bytes, escapes and held halves included.
+#[test]
+fn plain_content_chunks_are_written_as_the_value_reading_writes_them() {
+    let texts = [
+        json!({"content": "hi"}),
+        json!({"role": "assistant", "content": ""}),
+        json!({"content": "a \"quoted\" line\nand a tab\t, é, \u{2028}, \\ done"}),
+        json!({"reasoning_content": "think", "content": null}),
+        json!({"content": "x", "reasoning_content": "y", "tool_calls": null}),
+        json!({"content": "\u{1}\u{1f}"}),
+    ];
+    let carried = json!({"id":"c","object":"chat.completion.chunk","created":1,"model":"m",
+        "choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}],
+        "x_solo":{"event":"metadata","id":"7","data":{"a":1}}});
+    let held = json!({"id":"c","choices":[{"index":0,"delta":{"content":"half"},"finish_reason":null}],
+        "x_solo":{"id":"8","continues":true}});
+    let mut plain = vec![carried.clone(), held.clone()];
+    plain.extend(texts.iter().map(|d| chunk(d.clone(), Value::Null)));
+    let escaped = chunk(json!({"content": "u"}), Value::Null)
+        .to_string()
+        .replace("\"u\"", "\"\\u0075\\/\"");
+    let slow: Vec<Value> = plain
+        .iter()
+        .map(|c| {
+            let mut c = c.clone();
+            c["usage"] = Value::Null;
+            c
+        })
+        .collect();
+    let run = |lines: &[Value], extra: &str| {
+        let mut bytes = frames(lines);
+        bytes.splice(0..0, extra.bytes());
+        let mut t = ToSolo::new();
+        let mut out = BytesMut::new();
+        for e in parse_all(&bytes).unwrap() {
+            t.event(&e, &mut out);
+        }
+        out
+    };
+    let a = run(&plain, &format!("data: {escaped}\n\n"));
+    let slow_escaped = escaped.replacen('{', "{\"usage\":null,", 1);
+    let b = run(&slow, &format!("data: {slow_escaped}\n\n"));
+    assert_eq!(String::from_utf8_lossy(&a), String::from_utf8_lossy(&b));
+    assert!(names(&a).iter().filter(|n| *n == "output").count() >= 6);
+}
