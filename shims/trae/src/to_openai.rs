@@ -369,6 +369,28 @@ impl StreamTranslator for ToOpenAi {
         }
     }
 
+    /// The classes [`ToOpenAi::event`] gives, without writing a chunk: a
+    /// direct answer passes SOLO's own events on and needs only these.
+    fn classify(&mut self, ev: &SseEvent, _scratch: &mut BytesMut) -> FrameClass {
+        if let Some(ended) = &self.ended {
+            return ended.clone();
+        }
+        let class = match ev.event.as_deref().unwrap_or_default() {
+            b"output" => {
+                return match Output::parse(&ev.data).filter(Output::is_content) {
+                    Some(_) => FrameClass::Content,
+                    None => FrameClass::NotContent,
+                }
+            }
+            b"done" => FrameClass::End,
+            b"error" => FrameClass::Error(SoloError::parse(&ev.data).failure()),
+            _ if is_done_marker(ev) => FrameClass::End,
+            _ => return FrameClass::NotContent,
+        };
+        self.ended = Some(class.clone());
+        class
+    }
+
     fn eof(&mut self, _out: &mut BytesMut) -> FrameClass {
         match &self.ended {
             Some(ended) => ended.clone(),
