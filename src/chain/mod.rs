@@ -646,11 +646,23 @@ fn failure_answer(
 /// Whether a JSON body marks a housekeeping call (`purpose` compaction or
 /// session-title): those pass straight through without failover.
 pub fn is_housekeeping(body: &[u8]) -> bool {
-    if memchr::memmem::find(body, b"\"purpose\"").is_none() {
-        return false;
-    }
-    serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v.get("purpose").and_then(|p| p.as_str()).map(str::to_owned))
+    names_purpose(body)
+        && serde_json::from_slice::<serde_json::Value>(body)
+            .is_ok_and(|v| purpose_is_housekeeping(&v))
+}
+
+/// [`is_housekeeping`] of a body whose parse is at hand (`parsed` is
+/// `body` parsed): the same answer without parsing it again.
+pub fn is_housekeeping_parsed(body: &[u8], parsed: &serde_json::Value) -> bool {
+    names_purpose(body) && purpose_is_housekeeping(parsed)
+}
+
+fn names_purpose(body: &[u8]) -> bool {
+    memchr::memmem::find(body, b"\"purpose\"").is_some()
+}
+
+fn purpose_is_housekeeping(body: &serde_json::Value) -> bool {
+    body.get("purpose")
+        .and_then(|p| p.as_str())
         .is_some_and(|p| p == "compaction" || p == "session-title")
 }

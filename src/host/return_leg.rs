@@ -127,7 +127,9 @@ pub(super) async fn handle<S: Shim>(
             }
         };
         stats.bump(Counter::Forwarded);
-        let housekeeping = is_housekeeping(&bytes) || is_housekeeping(&entry.native);
+        // The proxy's body is read once: the parsed copy says it.
+        let housekeeping =
+            chain::is_housekeeping_parsed(&bytes, &openai) || is_housekeeping(&entry.native);
         let outbound = host.upstream.outbound(&config, native, &entry.path_and_query, &entry.headers, entry.encoded);
         let streamed = openai.get("stream").and_then(Value::as_bool).unwrap_or(false);
         // Translators read only these; the messages are not kept for the

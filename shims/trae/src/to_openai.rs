@@ -173,33 +173,39 @@ impl ToOpenAi {
             ext.key(b"continues");
             ext.buf.put_slice(b"true");
         }
-        let mut delta: Vec<&[u8]> = Vec::with_capacity(6);
+        // At most five pieces: on the stack, not a heap `Vec` per frame.
+        let mut delta: [&[u8]; 5] = [b""; 5];
+        let mut pieces = 0;
         if o.has_text() {
-            delta.extend([&b"\"content\":"[..], o.response]);
+            delta[0] = b"\"content\":";
+            delta[1] = o.response;
+            pieces = 2;
         }
         if o.has_reasoning() {
-            let key: &[u8] = if delta.is_empty() {
+            delta[pieces] = if pieces == 0 {
                 b"\"reasoning_content\":"
             } else {
                 b",\"reasoning_content\":"
             };
-            delta.extend([key, o.reasoning]);
+            delta[pieces + 1] = o.reasoning;
+            pieces += 2;
         }
         if split {
-            self.chunk(out, &delta, None, &ext);
-            delta.clear();
+            self.chunk(out, &delta[..pieces], None, &ext);
+            pieces = 0;
             ext = Ext::default();
         }
         let mut calls = Vec::new();
         if !o.tools.is_empty() {
-            if !delta.is_empty() {
+            if pieces > 0 {
                 calls.push(b',');
             }
             tool_calls(&mut calls, &o.tools);
             tool_extras(&mut ext, &o.tools);
-            delta.push(&calls);
+            delta[pieces] = &calls;
+            pieces += 1;
         }
-        self.chunk(out, &delta, None, &ext);
+        self.chunk(out, &delta[..pieces], None, &ext);
         FrameClass::Content
     }
 
