@@ -75,6 +75,9 @@ pub struct Proc {
     pub pid: u32,
     /// `listening NAME ADDR` → (NAME, ADDR); the compressor prints no name.
     pub listening: Vec<(String, SocketAddr)>,
+    /// Started under a wrapper (valgrind): stopped with SIGTERM, so the
+    /// tool writes its file.
+    wrapped: bool,
 }
 
 impl Proc {
@@ -144,6 +147,7 @@ impl Proc {
             child,
             pid,
             listening,
+            wrapped: !wrapper.is_empty(),
         }
     }
 
@@ -229,6 +233,13 @@ impl Proc {
 
     /// Stops the child (SIGKILL: nothing to flush, and it is ours).
     pub async fn stop(mut self) {
+        if self.wrapped {
+            let _ = tokio::process::Command::new("kill")
+                .args(["-TERM", &self.pid.to_string()])
+                .status()
+                .await;
+            let _ = tokio::time::timeout(Duration::from_secs(120), self.child.wait()).await;
+        }
         let _ = self.child.kill().await;
     }
 }
@@ -240,8 +251,21 @@ pub fn scratch() -> PathBuf {
     d
 }
 
-/// Starts `shimgate serve` with `toml` on two pre-picked ports.
+/// Starts `shimgate serve` with `toml` on two pre-picked ports, under
+/// `$LOAD_SERVE_WRAP` when set (a command line, e.g. `valgrind
+/// --tool=dhat --dhat-out-file=/tmp/serve.dhat`: to see where the memory of
+/// a phase goes).
 pub async fn serve(name: &str, toml: &str, rust_log: &str) -> Proc {
+    let outer = wrapper();
+    if let Ok(w) = std::env::var("LOAD_SERVE_WRAP") {
+        set_wrapper(w.split_whitespace().map(str::to_owned).collect());
+    }
+    let proc = serve_as_is(name, toml, rust_log).await;
+    set_wrapper(outer);
+    proc
+}
+
+async fn serve_as_is(name: &str, toml: &str, rust_log: &str) -> Proc {
     let dir = scratch();
     let file = dir.join(format!("{name}.toml"));
     std::fs::write(&file, toml).expect("config");

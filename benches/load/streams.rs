@@ -203,8 +203,12 @@ pub async fn run(n: usize, direct: bool) -> StreamsReport {
         .as_ref()
         .map(|c| format!("[compressor]\nurl = \"http://{}\"\n", c.addr("")))
         .unwrap_or_default();
+    // Every stream is up to two connections on the qoder listener (the
+    // agent's half of them, and each return leg the proxy opens): above
+    // the default cap of 1,024 a listener answers new ones 503 at once.
+    let limits = format!("[limits]\nmax_connections = {}\n", 2 * n + 64);
     let toml = format!(
-        "{compressor_section}[shims.qoder]\nlisten = \"127.0.0.1:{qport}\"\ncodec = \"plain\"\n[[shims.qoder.routes]]\nname = \"slow\"\nurl = \"{}\"\n\
+        "{limits}{compressor_section}[shims.qoder]\nlisten = \"127.0.0.1:{qport}\"\ncodec = \"plain\"\n[[shims.qoder.routes]]\nname = \"slow\"\nurl = \"{}\"\n\
          [shims.trae]\nlisten = \"127.0.0.1:{tport}\"\n[[shims.trae.routes]]\nname = \"slow\"\nurl = \"{}\"\n",
         up.url(),
         up.url()
