@@ -394,3 +394,50 @@ fn the_shape_leaves_what_it_is_unsure_of_to_the_fold() {
         assert_eq!(shape(body.as_bytes()), None, "{body}");
     }
 }
+
+/// `restore` writes the ask from the original and the OpenAI body as they
+/// are; it must write exactly the bytes of the `rebuild` ask serialised,
+/// members, order and appended ones included.
+#[test]
+fn restore_writes_the_bytes_of_the_rebuilt_ask() {
+    let mut asks = vec![sample_ask()];
+    let mut bare = json!({"messages": [{"role": "user", "content": "hi"}]});
+    asks.push(bare.clone());
+    bare["parameters"] = json!(null);
+    bare["system"] = json!(7);
+    asks.push(bare);
+    let mut other_ids = sample_ask();
+    other_ids["chat_record_id"] = json!("another");
+    asks.push(other_ids);
+    let mut no_params = sample_ask();
+    no_params.as_object_mut().unwrap().remove("parameters");
+    no_params["temperature"] = json!(1.5);
+    asks.push(no_params);
+    let mut raw: Vec<Vec<u8>> = asks
+        .iter()
+        .map(|a| serde_json::to_vec(a).unwrap())
+        .collect();
+    raw.push(br#"{"request_id":"r","messages":[{"role":"user","content":"x"}],"parameters":{"temperature":1e400}}"#.to_vec());
+    for bytes in raw {
+        let folded = fold(&bytes).unwrap();
+        let mut bodies = vec![folded.openai.clone()];
+        if folded.openai.get("tools").is_some() {
+            bodies.push(compressed(&folded.openai));
+        }
+        let mut without = folded.openai.clone();
+        without.as_object_mut().unwrap().remove("tools");
+        without["max_tokens"] = json!(null);
+        without["reasoning_effort"] = json!("none");
+        bodies.push(without);
+        for body in bodies {
+            let want = serde_json::to_vec(&rebuild_with_id(&folded.original, &body, "ID").unwrap())
+                .map(shimgate_shim_api::json::restore_numbers)
+                .unwrap();
+            let got = restore_with_id(&folded.original, &body, "ID").unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(&want)
+            );
+        }
+    }
+}
