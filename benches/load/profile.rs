@@ -355,10 +355,12 @@ fn totals(file: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// The top exclusive symbols of a dump, as `callgrind_annotate` lists them.
+/// The top exclusive symbols of a dump, as `callgrind_annotate` lists them
+/// (less the frames that were still running at the dump, which it shows at
+/// 100 %), source paths shortened.
 fn top_symbols(file: &Path) -> Vec<String> {
     let out = std::process::Command::new("callgrind_annotate")
-        .arg("--inclusive=no")
+        .arg("--threshold=100")
         .arg(file)
         .output();
     let Ok(out) = out else {
@@ -368,8 +370,32 @@ fn top_symbols(file: &Path) -> Vec<String> {
     text.lines()
         .skip_while(|l| !l.contains("file:function"))
         .skip(1)
-        .filter(|l| !l.trim().is_empty() && !l.starts_with("--"))
+        .filter(|l| l.contains("%)") && !l.contains("100.0%"))
         .take(TOP)
-        .map(|l| l.trim().to_string())
+        .map(|l| {
+            let l = l.trim();
+            // `N (p%)  path/file.rs:function [object]`: drop the object and
+            // the path before the crate or repository folder.
+            let l = l.rsplit_once(" [").map_or(l, |(a, _)| a);
+            match l.split_once(")  ") {
+                Some((count, rest)) => {
+                    // The file ends at its extension; the function may hold `::`.
+                    let end = [".rs:", ".c:", ".S:", "???:"]
+                        .iter()
+                        .filter_map(|sep| rest.find(sep).map(|at| at + sep.len() - 1))
+                        .min();
+                    let rest = match end {
+                        Some(at) => {
+                            let (path, f) = rest.split_at(at);
+                            let short = path.rsplit('/').next().unwrap_or(path);
+                            format!("{short}{f}")
+                        }
+                        None => rest.to_string(),
+                    };
+                    format!("{count})  {rest}")
+                }
+                None => l.to_string(),
+            }
+        })
         .collect()
 }
