@@ -59,6 +59,8 @@ pub struct ToSolo {
 enum Payload {
     Json(Value),
     Text(String),
+    /// JSON already written as `serde_json` writes it (see [`canonical`]).
+    Raw(Vec<u8>),
 }
 
 impl Payload {
@@ -66,6 +68,7 @@ impl Payload {
         match self {
             Payload::Json(v) => serde_json::to_vec(v).unwrap_or_default(),
             Payload::Text(s) => s.clone().into_bytes(),
+            Payload::Raw(b) => b.clone(),
         }
     }
 }
@@ -164,6 +167,37 @@ impl ToSolo {
         Some(FrameClass::Content)
     }
 
+    /// A carrier (any event but `error`) whose data is JSON already
+    /// written as `serde_json` writes it (see [`canonical`]): its bytes are
+    /// kept or copied instead of parsed into a `Value` and written again,
+    /// as [`ToSolo::carried`] would keep or write them. `None`: anything
+    /// else.
+    fn plain_carrier(&mut self, data: &[u8], out: &mut BytesMut) -> Option<FrameClass> {
+        if self.error.is_some() {
+            return None;
+        }
+        let x = carrier_fields(data)?;
+        if x.event == Some("error") {
+            return None;
+        }
+        self.upstream_id = x.id.map(str::to_owned);
+        let held = |x: &CarrierFields<'_>, id: Option<String>| Carried {
+            payload: Payload::Raw(x.data.to_vec()),
+            id,
+            retry: x.retry,
+        };
+        match x.event {
+            Some("done") => self.done = Some(held(&x, self.upstream_id.clone())),
+            Some("token_usage") => self.usage = Some(held(&x, self.upstream_id.clone())),
+            _ => {
+                self.flush(out);
+                let id = self.upstream_id.clone();
+                self.frame(out, x.event, Some(id.as_deref()), x.retry, x.data);
+            }
+        }
+        Some(FrameClass::NotContent)
+    }
+
     fn write_carried(&mut self, out: &mut BytesMut, name: Option<&str>, c: &Carried) {
         let data = c.payload.bytes();
         self.frame(out, name, Some(c.id.as_deref()), c.retry, &data);
@@ -230,6 +264,7 @@ impl ToSolo {
                 let e = match &c.payload {
                     Payload::Json(v) => SoloError::from_value(v),
                     Payload::Text(t) => SoloError::parse(t.as_bytes()),
+                    Payload::Raw(b) => SoloError::parse(b),
                 };
                 self.error = Some((c, e.failure()));
             }
@@ -468,6 +503,169 @@ fn text(c: &mut Cursor<'_>) -> Option<Option<RawStr>> {
     c.skip_is_null()?.then_some(None)
 }
 
+/// What a carrier chunk says, read by [`carrier_fields`].
+struct CarrierFields<'a> {
+    event: Option<&'a str>,
+    id: Option<&'a str>,
+    retry: Option<u64>,
+    data: &'a [u8],
+}
+
+/// The `x_solo` of a carrier chunk whose members are plain (strings
+/// without escapes, a plain integer `retry`) and whose `data` is
+/// [`canonical`]; `None` for any other chunk (the `Value` reading takes it).
+fn carrier_fields(chunk: &[u8]) -> Option<CarrierFields<'_>> {
+    memchr::memmem::find(chunk, EXT_KEY.as_bytes())?;
+    let text = std::str::from_utf8(chunk).ok()?;
+    let mut c = Cursor::strict(chunk);
+    c.enter_object()?;
+    let mut x = None;
+    let mut first = true;
+    while let Some(key) = c.next_key(&mut first)? {
+        if key.escaped {
+            return None;
+        }
+        c.peek()?;
+        let start = c.offset();
+        c.skip_value()?;
+        if key.raw(chunk) == EXT_KEY.as_bytes() {
+            x = Some(start..c.offset());
+        }
+    }
+    if !c.at_end() {
+        return None;
+    }
+    let x = x?;
+    let base = x.start;
+    let mut c = Cursor::strict(chunk.get(x)?);
+    c.enter_object()?;
+    let (mut event, mut id, mut retry, mut data) = (None, None, None, None);
+    let mut first = true;
+    while let Some(key) = c.next_key(&mut first)? {
+        if key.escaped {
+            return None;
+        }
+        c.peek()?;
+        let start = base + c.offset();
+        match key.raw(c.buf()) {
+            b"event" => event = Some(plain_string_or_null(&mut c, text, base)?),
+            b"id" => id = Some(plain_string_or_null(&mut c, text, base)?),
+            b"retry" => {
+                let digits = c.literal()?;
+                let plain = !digits.is_empty()
+                    && digits.len() <= 18
+                    && digits.iter().all(u8::is_ascii_digit)
+                    && (digits.len() == 1 || digits[0] != b'0');
+                if !plain {
+                    return None;
+                }
+                retry = Some(std::str::from_utf8(digits).ok()?.parse::<u64>().ok()?);
+            }
+            b"data" => {
+                c.skip_value()?;
+                data = Some(chunk.get(start..base + c.offset())?);
+            }
+            // `text` (data that is not JSON): the `Value` reading.
+            b"text" => return None,
+            _ => c.skip_value()?,
+        }
+    }
+    let data = data?;
+    canonical(data)?;
+    Some(CarrierFields {
+        event: event?,
+        id: id.flatten(),
+        retry,
+        data,
+    })
+}
+
+/// A string without escapes (its text) or `null` (`None`); `None` again
+/// (unsure) for anything else. `base`: where the cursor's text starts in
+/// `text`.
+fn plain_string_or_null<'a>(
+    c: &mut Cursor<'_>,
+    text: &'a str,
+    base: usize,
+) -> Option<Option<&'a str>> {
+    if c.peek()? == b'"' {
+        let raw = c.string()?;
+        if raw.escaped {
+            return None;
+        }
+        return text.get(base + raw.start..base + raw.end).map(Some);
+    }
+    c.skip_is_null()?.then_some(None)
+}
+
+/// `Some` when `json` (valid already) is exactly what `serde_json` writes
+/// for the value it holds: no whitespace between tokens, no escape in any
+/// string (a string without one is written as it is, while `serde_json`
+/// would write `\/` or `\u00e9` otherwise), integers only (no fraction or
+/// exponent, no leading zero, no `-0`, short enough for an `i64`), and no
+/// repeated key in an object (which keeps one member).
+fn canonical(json: &[u8]) -> Option<()> {
+    if json.contains(&b'\\') {
+        return None;
+    }
+    let mut in_string = false;
+    // Digits of the number being read, and the byte before this one.
+    let mut digits = 0usize;
+    let mut prev = b' ';
+    for &b in json {
+        if in_string {
+            in_string = b != b'"';
+        } else {
+            match b {
+                b'"' => in_string = true,
+                // `e` also ends `true` and `false`.
+                b'e' if matches!(prev, b'u' | b's') => {}
+                b' ' | b'\t' | b'\n' | b'\r' | b'.' | b'e' | b'E' | b'+' => return None,
+                b'0' if digits == 0 && prev == b'-' => return None,
+                b'0'..=b'9' if digits == 1 && prev == b'0' => return None,
+                b'0'..=b'9' if digits == 18 => return None,
+                _ => {}
+            }
+        }
+        digits = if !in_string && b.is_ascii_digit() {
+            digits + 1
+        } else {
+            0
+        };
+        prev = b;
+    }
+    no_repeated_keys(&mut Cursor::new(json))
+}
+
+/// No object in the value at the cursor holds one key twice.
+fn no_repeated_keys(c: &mut Cursor<'_>) -> Option<()> {
+    match c.peek()? {
+        b'{' => {
+            c.enter_object()?;
+            let mut keys: Vec<&[u8]> = Vec::new();
+            let mut first = true;
+            while let Some(key) = c.next_key(&mut first)? {
+                let raw = key.raw(c.buf());
+                if keys.contains(&raw) {
+                    return None;
+                }
+                keys.push(raw);
+                no_repeated_keys(c)?;
+            }
+            Some(())
+        }
+        b'[' => {
+            c.enter_array()?;
+            let mut first = true;
+            while c.next_item(&mut first)? {
+                no_repeated_keys(c)?;
+            }
+            Some(())
+        }
+        _ => c.skip_value(),
+    }
+}
+
 /// A text member as [`jw::string`] writes the string it holds: absent or
 /// `null` is `""`, a literal without escapes is already that (the writer
 /// escapes only what JSON requires), others are decoded and written again.
@@ -562,6 +760,9 @@ impl StreamTranslator for ToSolo {
             return self.end(out);
         }
         if let Some(class) = self.plain_content(data, out) {
+            return class;
+        }
+        if let Some(class) = self.plain_carrier(data, out) {
             return class;
         }
         let Ok(v) = serde_json::from_slice::<Value>(data) else {
