@@ -38,6 +38,8 @@ mod idle;
 mod judge;
 #[path = "load/latency.rs"]
 mod latency;
+#[path = "load/profile.rs"]
+mod profile;
 #[path = "load/report.rs"]
 mod report;
 #[path = "load/soak.rs"]

@@ -22,12 +22,14 @@ fn main() -> ExitCode {
             upstream,
             threshold_chars,
             keep_turns,
+            pass_through,
         } => shimgate::compressor::run(
             listen,
             &upstream,
             shimgate::compressor::Policy {
                 threshold_chars,
                 keep_turns,
+                pass_through,
             },
         ),
         Command::Translate { shim, leg, check } => shimgate::cmd::translate::run(&shim, leg, check),

@@ -360,6 +360,22 @@ async fn tiny_max_tokens_requests_pass_byte_for_byte() {
 }
 
 #[tokio::test]
+async fn pass_through_forwards_chat_requests_byte_for_byte() {
+    let up = Upstream::start(|_| ok_json()).await;
+    let bin = Bin::start_with(&up.url, &["--pass-through"]);
+    // Past the threshold, and spaced oddly: neither summarised nor
+    // re-serialised, and no preamble.
+    let bytes = serde_json::to_string_pretty(&chat(20)).unwrap();
+    let (status, _, _) = send(
+        &format!("{}/trae/r4/chat/completions", bin.url),
+        bytes.clone(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(up.seen()[0].body, Bytes::from(bytes));
+}
+
+#[tokio::test]
 async fn sse_answers_stream_frame_by_frame() {
     // The upstream writes one frame, then waits for the test: a compressor
     // that buffered the answer would never deliver the first frame.

@@ -58,6 +58,7 @@ async fn behind_compressor(up: &Upstream, extra: &str) -> (Gate, Compressor) {
         Policy {
             threshold_chars: 8000,
             keep_turns: 2,
+            pass_through: false,
         },
     )
     .await

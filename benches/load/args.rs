@@ -11,6 +11,8 @@ pub struct Phases {
     pub streams: bool,
     /// Idle and slowloris sockets (bounded in time).
     pub idle: bool,
+    /// Instruction counts per call under callgrind (only when asked for).
+    pub profile: bool,
 }
 
 /// Everything a run is told.
@@ -23,7 +25,8 @@ pub struct Args {
     pub seconds: f64,
     /// Turns per soak conversation at most.
     pub turns: usize,
-    /// Soak legs: `compressor`, `bare`, `direct`.
+    /// Soak legs: `compressor`, `bare`, `direct`; the latency and
+    /// profile phases take `direct` (`bare` reads as it) and `compressor`.
     pub paths: Vec<String>,
     /// What the chain may learn: `classic` legs run on every path, the
     /// others (`budget`, `learn`) once, on the direct path.
@@ -43,6 +46,8 @@ pub struct Args {
     pub seed: u64,
     /// Characters of each soak question.
     pub question_chars: usize,
+    /// Calls per case and mode of the profile phase.
+    pub profile_calls: usize,
 }
 
 /// A soak leg, as `--path` names it.
@@ -73,6 +78,9 @@ enum PhaseArg {
     Latency,
     Streams,
     Idle,
+    /// shimgate and the bare forwarders under `valgrind --tool=callgrind`:
+    /// instructions per call of each case (slow; never in the defaults).
+    Profile,
 }
 
 /// The command line as given; [`Args`] is what it resolves to.
@@ -98,7 +106,8 @@ struct Cli {
     /// Turns per soak conversation at most.
     #[arg(long, value_name = "N", default_value_t = 400)]
     turns: usize,
-    /// Soak legs.
+    /// Soak legs; also the latency and profile paths (`bare` counts as
+    /// `direct` there).
     #[arg(long, value_enum, default_value = "both")]
     path: PathArg,
     /// What the chain may learn: classic legs on every path, budget and
@@ -138,6 +147,9 @@ struct Cli {
     /// Characters of each soak question.
     #[arg(long, value_name = "N", default_value_t = 336)]
     question_chars: usize,
+    /// Calls per case and mode of the profile phase (each under callgrind).
+    #[arg(long, value_name = "N", default_value_t = 200)]
+    profile_calls: usize,
     /// Passed by `cargo bench`; nothing to do here.
     #[arg(long, hide = true)]
     bench: bool,
@@ -168,6 +180,7 @@ impl From<Cli> for Args {
                 latency: list.contains(&PhaseArg::Latency),
                 streams: list.contains(&PhaseArg::Streams),
                 idle: list.contains(&PhaseArg::Idle),
+                profile: list.contains(&PhaseArg::Profile),
             },
             None => Phases {
                 soak: true,
@@ -175,6 +188,7 @@ impl From<Cli> for Args {
                 streams: !cli.ci,
                 // A few seconds: part of every run, `--ci` included.
                 idle: true,
+                profile: false,
             },
         };
         let paths = match cli.path {
@@ -208,6 +222,7 @@ impl From<Cli> for Args {
             rss_sockets: cli.rss_sockets,
             seed: cli.seed,
             question_chars: cli.question_chars,
+            profile_calls: cli.profile_calls,
         }
     }
 }

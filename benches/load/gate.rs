@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -55,12 +56,28 @@ pub fn fd_cap() -> u64 {
         .unwrap_or(1024)
 }
 
+/// A command every child is started under (the profile phase's
+/// `valgrind --tool=callgrind …`); empty: the program itself.
+static WRAPPER: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Starts every later child under `wrapper` (`program args…` appended).
+pub fn set_wrapper(wrapper: Vec<String>) {
+    *WRAPPER.lock().unwrap_or_else(|p| p.into_inner()) = wrapper;
+}
+
+fn wrapper() -> Vec<String> {
+    WRAPPER.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
 /// A child process that prints `listening …` lines on stdout.
 pub struct Proc {
     pub child: Child,
     pub pid: u32,
     /// `listening NAME ADDR` → (NAME, ADDR); the compressor prints no name.
     pub listening: Vec<(String, SocketAddr)>,
+    /// Started under a wrapper (valgrind): stopped with SIGTERM, so the
+    /// tool writes its file.
+    wrapped: bool,
 }
 
 impl Proc {
@@ -75,11 +92,13 @@ impl Proc {
     ) -> Proc {
         let script = "ulimit -n $(ulimit -Hn) 2>/dev/null; exec \"$@\"";
         let stderr = std::fs::File::create(&log).expect("log file");
+        let wrapper = wrapper();
         let mut command = Command::new("sh");
         command
             .arg("-c")
             .arg(script)
             .arg("sh")
+            .args(&wrapper)
             .arg(program)
             .args(args)
             .env("RUST_LOG", rust_log);
@@ -116,11 +135,9 @@ impl Proc {
                 }
             }
         };
-        if tokio::time::timeout(Duration::from_secs(20), wait)
-            .await
-            .is_err()
-            || listening.len() < expect
-        {
+        // Under valgrind a start takes seconds, not milliseconds.
+        let limit = Duration::from_secs(if wrapper.is_empty() { 20 } else { 180 });
+        if tokio::time::timeout(limit, wait).await.is_err() || listening.len() < expect {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             panic!("{:?} did not start:\n{text}", args);
         }
@@ -130,6 +147,7 @@ impl Proc {
             child,
             pid,
             listening,
+            wrapped: !wrapper.is_empty(),
         }
     }
 
@@ -157,9 +175,22 @@ impl Proc {
         (field("VmRSS:"), field("VmHWM:"))
     }
 
-    /// CPU time the child used so far (user + system), from
-    /// `/proc/PID/stat` (clock ticks of 10 ms: read it over many calls).
+    /// CPU time the child's threads used so far, in nanoseconds from
+    /// `/proc/PID/task/*/schedstat` (the tokio threads live as long as the
+    /// process), else from `/proc/PID/stat` in clock ticks of 10 ms.
     pub fn cpu(&self) -> std::time::Duration {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", self.pid));
+        let ns: Option<u64> = tasks.ok().and_then(|dir| {
+            dir.map(|t| {
+                let t = t.ok()?;
+                let s = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+                s.split_whitespace().next()?.parse::<u64>().ok()
+            })
+            .sum()
+        });
+        if let Some(ns) = ns.filter(|&n| n > 0) {
+            return std::time::Duration::from_nanos(ns);
+        }
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
         // Fields after the `(comm)`; utime and stime are the 14th and 15th.
         let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
@@ -171,6 +202,28 @@ impl Proc {
         std::time::Duration::from_millis(ticks * 10)
     }
 
+    /// Read and write system calls (`/proc/PID/io` `syscr` + `syscw`) and
+    /// context switches (every thread's, voluntary and not) so far.
+    pub fn kernel_counts(&self) -> (u64, u64) {
+        let io = std::fs::read_to_string(format!("/proc/{}/io", self.pid)).unwrap_or_default();
+        let field = |text: &str, name: &str| -> u64 {
+            text.lines()
+                .filter(|l| l.starts_with(name))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum()
+        };
+        let syscalls = field(&io, "syscr:") + field(&io, "syscw:");
+        let switches = std::fs::read_dir(format!("/proc/{}/task", self.pid))
+            .into_iter()
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("status")).ok())
+            .map(|s| {
+                field(&s, "voluntary_ctxt_switches:") + field(&s, "nonvoluntary_ctxt_switches:")
+            })
+            .sum();
+        (syscalls, switches)
+    }
+
     /// Open descriptors of the child.
     pub fn fds(&self) -> usize {
         std::fs::read_dir(format!("/proc/{}/fd", self.pid))
@@ -180,6 +233,13 @@ impl Proc {
 
     /// Stops the child (SIGKILL: nothing to flush, and it is ours).
     pub async fn stop(mut self) {
+        if self.wrapped {
+            let _ = tokio::process::Command::new("kill")
+                .args(["-TERM", &self.pid.to_string()])
+                .status()
+                .await;
+            let _ = tokio::time::timeout(Duration::from_secs(120), self.child.wait()).await;
+        }
         let _ = self.child.kill().await;
     }
 }
@@ -191,8 +251,21 @@ pub fn scratch() -> PathBuf {
     d
 }
 
-/// Starts `shimgate serve` with `toml` on two pre-picked ports.
+/// Starts `shimgate serve` with `toml` on two pre-picked ports, under
+/// `$LOAD_SERVE_WRAP` when set (a command line, e.g. `valgrind
+/// --tool=dhat --dhat-out-file=/tmp/serve.dhat`: to see where the memory of
+/// a phase goes).
 pub async fn serve(name: &str, toml: &str, rust_log: &str) -> Proc {
+    let outer = wrapper();
+    if let Ok(w) = std::env::var("LOAD_SERVE_WRAP") {
+        set_wrapper(w.split_whitespace().map(str::to_owned).collect());
+    }
+    let proc = serve_as_is(name, toml, rust_log).await;
+    set_wrapper(outer);
+    proc
+}
+
+async fn serve_as_is(name: &str, toml: &str, rust_log: &str) -> Proc {
     let dir = scratch();
     let file = dir.join(format!("{name}.toml"));
     std::fs::write(&file, toml).expect("config");
@@ -213,8 +286,18 @@ pub async fn serve(name: &str, toml: &str, rust_log: &str) -> Proc {
 
 /// Starts `shimgate compressor` in front of `upstream`.
 pub async fn compressor(upstream: &str, threshold_chars: usize) -> Proc {
+    compressor_with(upstream, threshold_chars, false).await
+}
+
+/// Starts `shimgate compressor --pass-through` in front of `upstream`: a
+/// plain proxy that forwards chat requests untouched too.
+pub async fn pass_through(upstream: &str) -> Proc {
+    compressor_with(upstream, 1_000_000, true).await
+}
+
+async fn compressor_with(upstream: &str, threshold_chars: usize, pass_through: bool) -> Proc {
     let dir = scratch();
-    let args = vec![
+    let mut args = vec![
         "compressor".to_string(),
         "--listen".to_string(),
         "127.0.0.1:0".to_string(),
@@ -223,7 +306,11 @@ pub async fn compressor(upstream: &str, threshold_chars: usize) -> Proc {
         "--threshold-chars".to_string(),
         threshold_chars.to_string(),
     ];
-    Proc::spawn(&binary(), &args, 1, dir.join("compressor.log"), "error").await
+    if pass_through {
+        args.push("--pass-through".to_string());
+    }
+    let log = dir.join(numbered("compressor"));
+    Proc::spawn(&binary(), &args, 1, log, "error").await
 }
 
 /// Starts the bench's own bare forwarder in a process of its own (this
@@ -232,7 +319,16 @@ pub async fn compressor(upstream: &str, threshold_chars: usize) -> Proc {
 pub async fn bare_forwarder(upstream: &str) -> Proc {
     let exe = std::env::current_exe().expect("own executable");
     let args = vec!["--forwarder".to_string(), upstream.to_string()];
-    Proc::spawn(&exe, &args, 1, scratch().join("forwarder.log"), "error").await
+    let log = scratch().join(numbered("forwarder"));
+    Proc::spawn(&exe, &args, 1, log, "error").await
+}
+
+/// `NAME-N.log`, N counting the children of one name (the compressor
+/// path runs several of each).
+fn numbered(name: &str) -> String {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{name}-{n}.log")
 }
 
 /// `GET /status` of a shimgate listener.

@@ -5,8 +5,9 @@ use std::time::Instant;
 
 use super::args::Args;
 use super::findings::Findings;
+use super::latency::LatPath;
 use super::soak::{self, Chain, LegReport, Path, Settings};
-use super::{gate, idle, latency, streams};
+use super::{gate, idle, latency, profile, streams};
 
 /// Runs everything asked for; true when nothing failed.
 pub async fn run(args: Args) -> bool {
@@ -46,8 +47,15 @@ pub async fn run(args: Args) -> bool {
             findings.extend(&leg.findings);
         }
     }
+    let lat_paths: Vec<LatPath> = [LatPath::Direct, LatPath::Compressor]
+        .into_iter()
+        .filter(|p| match p {
+            LatPath::Direct => args.paths.iter().any(|a| a == "direct" || a == "bare"),
+            LatPath::Compressor => args.paths.iter().any(|a| a == "compressor"),
+        })
+        .collect();
     if args.phases.latency {
-        let r = latency::run(args.samples).await;
+        let r = latency::run(args.samples, &lat_paths).await;
         r.print();
         figures.push(r.headline());
         findings.extend(&r.findings);
@@ -60,6 +68,12 @@ pub async fn run(args: Args) -> bool {
     }
     if args.phases.idle {
         let r = idle::run(args.rss_sockets, args.idle_sockets).await;
+        r.print();
+        figures.push(r.headline());
+        findings.extend(&r.findings);
+    }
+    if args.phases.profile {
+        let r = profile::run(args.profile_calls, &lat_paths).await;
         r.print();
         figures.push(r.headline());
         findings.extend(&r.findings);

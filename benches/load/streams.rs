@@ -31,6 +31,9 @@ const PIECES: usize = 80;
 const RAMP: Duration = Duration::from_secs(3);
 /// Peak RSS target for the big run.
 const TARGET_PEAK_RSS_MIB: u64 = 200;
+/// shimgate's RSS per idle stream through the full path (four sockets a
+/// stream, two of them the proxy's round trip), at most.
+const TARGET_PER_STREAM_KIB: f64 = 64.0;
 
 /// The slow agent's answer: this many 1 KiB content frames (64 MiB), more
 /// than every kernel buffer on the path can hold, sent as fast as the
@@ -200,8 +203,12 @@ pub async fn run(n: usize, direct: bool) -> StreamsReport {
         .as_ref()
         .map(|c| format!("[compressor]\nurl = \"http://{}\"\n", c.addr("")))
         .unwrap_or_default();
+    // Every stream is up to two connections on the qoder listener (the
+    // agent's half of them, and each return leg the proxy opens): above
+    // the default cap of 1,024 a listener answers new ones 503 at once.
+    let limits = format!("[limits]\nmax_connections = {}\n", 2 * n + 64);
     let toml = format!(
-        "{compressor_section}[shims.qoder]\nlisten = \"127.0.0.1:{qport}\"\ncodec = \"plain\"\n[[shims.qoder.routes]]\nname = \"slow\"\nurl = \"{}\"\n\
+        "{limits}{compressor_section}[shims.qoder]\nlisten = \"127.0.0.1:{qport}\"\ncodec = \"plain\"\n[[shims.qoder.routes]]\nname = \"slow\"\nurl = \"{}\"\n\
          [shims.trae]\nlisten = \"127.0.0.1:{tport}\"\n[[shims.trae.routes]]\nname = \"slow\"\nurl = \"{}\"\n",
         up.url(),
         up.url()
@@ -273,6 +280,15 @@ pub async fn run(n: usize, direct: bool) -> StreamsReport {
             format!(
                 "peak RSS {} KiB over the {TARGET_PEAK_RSS_MIB} MiB target",
                 peak_kib
+            ),
+        );
+    }
+    let per_stream = (all_open_kib.saturating_sub(baseline_kib)) as f64 / max_active.max(1) as f64;
+    if !direct && per_stream > TARGET_PER_STREAM_KIB {
+        findings.add(
+            "limits",
+            format!(
+                "{per_stream:.1} KiB per idle stream through the full path, over the {TARGET_PER_STREAM_KIB} KiB target"
             ),
         );
     }

@@ -198,17 +198,26 @@ impl RidRegistry {
         inner.map.values().filter(|e| e.shim == shim).count()
     }
 
+    /// Drops the expired entries. `order` is oldest first, so only its
+    /// front can hold any: the walk stops at the first entry younger than
+    /// the TTL instead of looking up all 256 on every insert (entries made
+    /// microseconds apart may sit out of order; one left behind goes at the
+    /// next call).
     fn expire(inner: &mut Inner) {
         let Inner { map, order, bytes } = inner;
-        order.retain(|rid| {
-            let keep = map.get(rid).is_some_and(is_live);
-            if !keep {
-                if let Some(e) = map.remove(rid) {
-                    *bytes -= e.native.len();
+        let now = Instant::now();
+        let mut at = 0;
+        while let Some(rid) = order.get(at) {
+            match map.get(rid) {
+                Some(e) if now.saturating_duration_since(e.created) < RID_TTL => break,
+                Some(e) if in_use(e) => at += 1,
+                _ => {
+                    if let Some(e) = order.remove(at).and_then(|rid| map.remove(&rid)) {
+                        *bytes -= e.native.len();
+                    }
                 }
             }
-            keep
-        });
+        }
     }
 }
 
@@ -285,6 +294,29 @@ mod tests {
             RID_CAPACITY,
             "idle ones go as new ones come"
         );
+    }
+
+    #[test]
+    fn expired_entries_go_unless_in_use() {
+        let r = RidRegistry::default();
+        let old = |rid: &str| {
+            let mut e = entry(rid);
+            e.created = Instant::now()
+                .checked_sub(RID_TTL + Duration::from_secs(1))
+                .unwrap();
+            e
+        };
+        r.insert(old("gone"));
+        let held = r.insert(old("held"));
+        r.insert(entry("young"));
+        r.insert(entry("new"));
+        assert!(r.get("gone").is_none(), "expired and idle");
+        assert!(r.get("held").is_some(), "expired but in use");
+        assert!(r.get("young").is_some() && r.get("new").is_some());
+        drop(held);
+        r.insert(entry("newer"));
+        assert!(r.get("held").is_none(), "expired once let go");
+        assert_eq!(r.live("trae"), 3);
     }
 
     #[test]

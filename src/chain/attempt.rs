@@ -2,6 +2,9 @@
 //! chain can retry or switch) or commit at the first content frame and
 //! stream the rest.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -12,6 +15,7 @@ use hyper::body::Incoming;
 use shimgate_shim_api::failure::{classify_http, classify_text};
 use shimgate_shim_api::sse::SseParser;
 use shimgate_shim_api::{Failure, FailureCode, FrameClass, StreamTranslator};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use super::{policy, BodyTx, CallSpec, ChainCtx};
 use crate::config::Route;
@@ -465,6 +469,64 @@ pub async fn stream(
     }
 }
 
+/// What a streaming loop waits for: the upstream's next chunk, or the
+/// client leaving, shimgate stopping, the upstream's silence.
+enum Wait {
+    Chunk(Option<Result<http_body::Frame<Bytes>, hyper::Error>>),
+    Gone,
+    Stop,
+    Silent,
+}
+
+/// The waits of one stream, set up once (made afresh for every chunk they
+/// cost a waiter and a timer entry each, more than relaying the chunk) and
+/// checked cheaply on every wake-up: the chunk first; the client leaving is
+/// the closed channel (a fed body closes it and hands its feed to a fresh
+/// task, whose first poll sees it, so no waiter is needed); shimgate
+/// stopping is the token's flag, its waiter registered on the first poll
+/// only (the task reading a stream, and so its waker, does not change
+/// while it streams); the silence timer is pushed back at each chunk and
+/// read as a flag once armed.
+struct Waits<'a, 'p> {
+    tx: &'a BodyTx,
+    token: &'a CancellationToken,
+    stop: Pin<&'p mut WaitForCancellationFuture<'a>>,
+    silence: Pin<&'p mut tokio::time::Sleep>,
+    armed: bool,
+    idle: Duration,
+}
+
+impl Waits<'_, '_> {
+    /// What comes next; the upstream's silence counts from now.
+    async fn next(&mut self, body: &mut Incoming) -> Wait {
+        self.silence
+            .as_mut()
+            .reset(tokio::time::Instant::now() + self.idle);
+        std::future::poll_fn(|cx| self.poll(body, cx)).await
+    }
+
+    fn poll(&mut self, body: &mut Incoming, cx: &mut Context<'_>) -> Poll<Wait> {
+        if let Poll::Ready(next) = http_body::Body::poll_frame(Pin::new(&mut *body), cx) {
+            return Poll::Ready(Wait::Chunk(next));
+        }
+        if self.tx.is_closed() {
+            return Poll::Ready(Wait::Gone);
+        }
+        if self.token.is_cancelled() {
+            return Poll::Ready(Wait::Stop);
+        }
+        if !self.armed {
+            self.armed = true;
+            let _ = self.stop.as_mut().poll(cx);
+            let _ = self.silence.as_mut().poll(cx);
+        }
+        if self.silence.is_elapsed() {
+            return Poll::Ready(Wait::Silent);
+        }
+        Poll::Pending
+    }
+}
+
 /// A raw answer, byte for byte.
 async fn stream_raw(
     ctx: &ChainCtx,
@@ -472,23 +534,42 @@ async fn stream_raw(
     mut body: Incoming,
     tx: &BodyTx,
 ) -> Result<(), Failure> {
+    let stop = ctx.hard_stop.cancelled();
+    tokio::pin!(stop);
+    let silence = tokio::time::sleep(idle);
+    tokio::pin!(silence);
+    let mut waits = Waits {
+        tx,
+        token: &ctx.hard_stop,
+        stop,
+        silence,
+        armed: false,
+        idle,
+    };
     loop {
-        let next = tokio::select! {
-            biased;
+        let next = match waits.next(&mut body).await {
+            Wait::Chunk(next) => Ok(next),
             // hyper ends a response as soon as it wrote `content-length`
             // bytes, which can be before we saw the upstream body end:
             // that client read everything, it did not go away.
-            _ = tx.closed() => {
-                return if http_body::Body::is_end_stream(&body) { Ok(()) } else { Err(aborted()) };
+            Wait::Gone => {
+                return if http_body::Body::is_end_stream(&body) {
+                    Ok(())
+                } else {
+                    Err(aborted())
+                };
             }
-            _ = ctx.hard_stop.cancelled() => {
+            Wait::Stop => {
                 let _ = tx.send(Err("shimgate is shutting down".into())).await;
-                return Err(Failure::new(FailureCode::Server, "shimgate shut down mid-stream"));
+                return Err(Failure::new(
+                    FailureCode::Server,
+                    "shimgate shut down mid-stream",
+                ));
             }
-            next = tokio::time::timeout(idle, body.frame()) => next,
+            Wait::Silent => Err(()),
         };
         match next {
-            Err(_) => {
+            Err(()) => {
                 let _ = tx.send(Err("upstream went idle".into())).await;
                 return Err(Failure::new(
                     FailureCode::Timeout,
@@ -522,6 +603,18 @@ async fn stream_sse(
     tx: &BodyTx,
 ) -> Result<(), Failure> {
     let mut out = held;
+    let stop = ctx.hard_stop.cancelled();
+    tokio::pin!(stop);
+    let silence = tokio::time::sleep(idle);
+    tokio::pin!(silence);
+    let mut waits = Waits {
+        tx,
+        token: &ctx.hard_stop,
+        stop,
+        silence,
+        armed: false,
+        idle,
+    };
     loop {
         let end = translate_events(&mut parser, translator.as_mut(), &mut out);
         // All frames of one upstream read go out as one write.
@@ -531,16 +624,22 @@ async fn stream_sse(
         if let Some(end) = end {
             return end;
         }
-        let next = tokio::select! {
-            biased;
-            _ = tx.closed() => return Err(aborted()),
-            _ = ctx.hard_stop.cancelled() => Err(Failure::new(FailureCode::Server, "shimgate shut down before the stream ended")),
-            next = tokio::time::timeout(idle, body.frame()) => match next {
-                Err(_) => Err(Failure::new(FailureCode::Timeout, format!("upstream sent nothing for {} ms", idle.as_millis()))),
-                Ok(None) => Ok(None),
-                Ok(Some(Err(e))) => Err(Failure::new(FailureCode::Transport, format!("upstream broke mid-stream: {}", error_chain(&e)))),
-                Ok(Some(Ok(frame))) => Ok(Some(frame)),
-            },
+        let next = match waits.next(&mut body).await {
+            Wait::Gone => return Err(aborted()),
+            Wait::Stop => Err(Failure::new(
+                FailureCode::Server,
+                "shimgate shut down before the stream ended",
+            )),
+            Wait::Silent => Err(Failure::new(
+                FailureCode::Timeout,
+                format!("upstream sent nothing for {} ms", idle.as_millis()),
+            )),
+            Wait::Chunk(None) => Ok(None),
+            Wait::Chunk(Some(Err(e))) => Err(Failure::new(
+                FailureCode::Transport,
+                format!("upstream broke mid-stream: {}", error_chain(&e)),
+            )),
+            Wait::Chunk(Some(Ok(frame))) => Ok(Some(frame)),
         };
         match next {
             Ok(Some(frame)) => {

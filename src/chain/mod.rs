@@ -15,9 +15,10 @@
 //! try.
 //!
 //! The work runs in the caller's task until the head is known (see
-//! [`Inline`]), then a committed stream goes on in its own task; either way
-//! the client going away (the response future or body being dropped) is
-//! seen at once and cancels backoff and the upstream call.
+//! [`Inline`]), then a committed stream goes on in the task that reads its
+//! body (the body polls the rest of the call); either way the client going
+//! away (the response future or body being dropped) is seen at once and
+//! cancels backoff and the upstream call.
 
 mod attempt;
 mod outbound;
@@ -149,10 +150,12 @@ type Drive = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// A call until its head is known. The chain runs in the caller's task up
 /// to then: handing it to another task and back would cost two cross-thread
-/// wake-ups on every call. A committed stream then moves to a task of its
-/// own. Dropped early (the client went away), it hands the drive to a task
-/// with the head receiver gone, so the drive sees that at once, records
-/// ABORTED and cancels backoff and the upstream call.
+/// wake-ups on every call. A committed stream's body then runs the rest of
+/// the drive from its own polls ([`ChannelBody::fed_by`]), in the client's
+/// connection task: a task of its own would cost a cross-thread hand-off
+/// per upstream chunk. Dropped early (the client went away), it hands the
+/// drive to a task with the head receiver gone, so the drive sees that at
+/// once, records ABORTED and cancels backoff and the upstream call.
 struct Inline {
     drive: Option<Drive>,
     head_rx: Option<oneshot::Receiver<ChainResponse>>,
@@ -173,12 +176,19 @@ impl Inline {
             }
         };
         self.head_rx = None;
-        // A drive still running sent the head and streams on, from here in
-        // its own task.
+        let mut head = head.unwrap_or(ChainResponse::Failed(ChainError::Aborted));
+        // A drive still running sent the head and streams on: from the
+        // body's polls when it is a stream, else (it only has its books
+        // to close) in a task.
         if let Some(drive) = self.drive.take() {
-            tokio::spawn(drive);
+            match head {
+                ChainResponse::Stream { ref mut body, .. } => body.fed_by(drive),
+                _ => {
+                    tokio::spawn(drive);
+                }
+            }
         }
-        head.unwrap_or(ChainResponse::Failed(ChainError::Aborted))
+        head
     }
 }
 
@@ -809,11 +819,23 @@ fn failure_answer(
 /// Whether a JSON body marks a housekeeping call (`purpose` compaction or
 /// session-title): those pass straight through without failover.
 pub fn is_housekeeping(body: &[u8]) -> bool {
-    if memchr::memmem::find(body, b"\"purpose\"").is_none() {
-        return false;
-    }
-    serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v.get("purpose").and_then(|p| p.as_str()).map(str::to_owned))
+    names_purpose(body)
+        && serde_json::from_slice::<serde_json::Value>(body)
+            .is_ok_and(|v| purpose_is_housekeeping(&v))
+}
+
+/// [`is_housekeeping`] of a body whose parse is at hand (`parsed` is
+/// `body` parsed): the same answer without parsing it again.
+pub fn is_housekeeping_parsed(body: &[u8], parsed: &serde_json::Value) -> bool {
+    names_purpose(body) && purpose_is_housekeeping(parsed)
+}
+
+fn names_purpose(body: &[u8]) -> bool {
+    memchr::memmem::find(body, b"\"purpose\"").is_some()
+}
+
+fn purpose_is_housekeeping(body: &serde_json::Value) -> bool {
+    body.get("purpose")
+        .and_then(|p| p.as_str())
         .is_some_and(|p| p == "compaction" || p == "session-title")
 }

@@ -71,6 +71,10 @@ pub enum Command {
         /// Once compressing, keep this many of the latest turns verbatim.
         #[arg(long, default_value_t = crate::compressor::DEFAULT_KEEP_TURNS)]
         keep_turns: usize,
+        /// Forward every request byte for byte, chat requests included (a
+        /// plain proxy on the compression path, for measuring).
+        #[arg(long)]
+        pass_through: bool,
     },
     /// Translate a captured stream offline: what the shim would forward.
     Translate {

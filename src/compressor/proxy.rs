@@ -52,7 +52,8 @@ pub(super) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
             return e.into_response();
         }
     };
-    let body = if parts.method == Method::POST && is_chat(parts.uri.path()) {
+    let rewrites = !shared.policy.pass_through;
+    let body = if rewrites && parts.method == Method::POST && is_chat(parts.uri.path()) {
         match prepare(&shared, bytes) {
             Ok(b) => b,
             Err(why) => {

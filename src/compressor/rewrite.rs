@@ -33,6 +33,10 @@ pub struct Policy {
     pub threshold_chars: usize,
     /// Turns kept verbatim (at least one: the current question).
     pub keep_turns: usize,
+    /// Forward every request byte for byte, chat requests included (no
+    /// preamble, no summary): a plain proxy on the compression path, which
+    /// the load tool measures shimgate's two legs against.
+    pub pass_through: bool,
 }
 
 /// What a rewrite did.
@@ -197,6 +201,7 @@ mod tests {
     const POLICY: Policy = Policy {
         threshold_chars: 1000,
         keep_turns: 2,
+        pass_through: false,
     };
 
     fn msg(role: &str, content: &str) -> Value {

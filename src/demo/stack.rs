@@ -75,6 +75,7 @@ pub async fn start() -> Result<Stack, String> {
     let policy = Policy {
         threshold_chars: DEMO_THRESHOLD_CHARS,
         keep_turns: DEMO_KEEP_TURNS,
+        pass_through: false,
     };
     // Every listener serves both shims' return legs, so one compressor in
     // front of the qoder listener serves trae too (as billion-context does

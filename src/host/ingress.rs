@@ -116,8 +116,15 @@ pub(super) async fn handle<S: Shim>(
                 return untouched(&app, name, parts, native, received).await;
             }
         };
-        let folded = match host.shim.fold(&native) {
-            Ok(f) => f,
+        let compressor = live.config.compressor_for(name).map(str::to_owned);
+        // Direct mode reads only what the answer's translators need: no
+        // proxy will read a fold, and the agent's bytes go up as they are.
+        let read = match compressor {
+            Some(_) => host.shim.fold(&native).map(Read::Folded),
+            None => host.shim.shape(&native).map(|(s, o)| Read::Shaped(s, o)),
+        };
+        let read = match read {
+            Ok(r) => r,
             Err(e) => {
                 stats.bump(Counter::Fallback);
                 host.set_effective(false);
@@ -130,22 +137,38 @@ pub(super) async fn handle<S: Shim>(
                 return untouched(&app, name, parts, body, received).await;
             }
         };
-        let taken = Intercepted {
-            original: Arc::new(folded.original),
-            openai: Arc::new(folded.openai),
+        let agent = Agent {
             native,
             encoded: encoded.is_some(),
             path_and_query,
             headers: parts.headers,
             received,
         };
-        match live.config.compressor_for(name).map(str::to_owned) {
-            Some(compressor) => via_proxy(&host, &app, &live, &compressor, taken).await,
-            None => {
+        match (compressor, read) {
+            (Some(compressor), Read::Folded(folded)) => {
+                let taken = Intercepted {
+                    original: Arc::new(folded.original),
+                    openai: Arc::new(folded.openai),
+                    agent,
+                };
+                via_proxy(&host, &app, &live, &compressor, taken).await
+            }
+            (_, read) => {
                 // Direct mode: no proxy configured, so nothing failed.
                 stats.bump(Counter::Fallback);
                 host.set_effective(false);
-                direct(&host, &app, &live.config, taken).await
+                let (shape, original) = match read {
+                    Read::Shaped(shape, original) => (shape, original),
+                    Read::Folded(f) => (super::answer_shape(&f.openai), f.original),
+                };
+                direct(
+                    &host,
+                    &app,
+                    &live.config,
+                    (shape, Arc::new(original)),
+                    agent,
+                )
+                .await
             }
         }
     }
@@ -170,24 +193,24 @@ async fn via_proxy<S: Shim>(
     tracing::Span::current().record("rid", rid.as_str());
     let identity = app
         .identity
-        .of(name, host.shim.identity_headers(), &taken.headers);
+        .of(name, host.shim.identity_headers(), &taken.agent.headers);
     let original: Arc<dyn Any + Send + Sync> = taken.original.clone();
     let entry = app.rids.insert(RidEntry::new(
         rid.clone(),
         name,
         &original,
-        taken.native.clone(),
-        taken.headers.clone(),
-        taken.path_and_query.clone(),
+        taken.agent.native.clone(),
+        taken.agent.headers.clone(),
+        taken.agent.path_and_query.clone(),
         exchange::summarize(&taken.openai),
         identity.clone(),
-        taken.encoded,
+        taken.agent.encoded,
     ));
     let url = proxy_url(compressor, name, &rid);
     let body = Bytes::from(serde_json::to_vec(&*taken.openai).unwrap_or_default());
     let attempt = match Request::post(&url).body(Full::new(body)) {
         Ok(mut r) => {
-            *r.headers_mut() = forwarded_to_proxy(&taken.headers, &rid, &identity);
+            *r.headers_mut() = forwarded_to_proxy(&taken.agent.headers, &rid, &identity);
             // The proxy must reach the return leg within the first-byte
             // timeout. Once it has, the answer comes from our own chain,
             // which holds the head until content and may be retrying or
@@ -217,7 +240,8 @@ async fn via_proxy<S: Shim>(
                     format!("{why} before the return leg saw rid {rid}; sent upstream directly");
                 warn!("{why}");
                 stats.error(why);
-                return direct(host, app, config, taken).await;
+                let shape = super::answer_shape(&taken.openai);
+                return direct(host, app, config, (shape, taken.original), taken.agent).await;
             }
             // The return leg took the request meanwhile: its answer, through
             // the proxy, is the agent's.
@@ -304,11 +328,13 @@ async fn relay<S: Shim>(
         host.shim.ingress(original),
         host.rebuild.clone(),
     ));
-    let (tx, body) = ChannelBody::channel();
+    let (tx, mut body) = ChannelBody::channel();
     let ctx = app.chain_ctx();
     let idle = config.timeouts.idle;
     let stats = app.shim_stats(host.shim.name());
-    tokio::spawn(async move {
+    // Run by the agent's body itself, in its connection's task: no hand-off
+    // between tasks per relayed chunk.
+    body.fed_by(Box::pin(async move {
         // While the answer streams, the proxy may still call the return
         // leg (its own tool loop): keep the rid alive until the end.
         let _pin = pin;
@@ -320,37 +346,40 @@ async fn relay<S: Shim>(
                 ));
             }
         }
-    });
+    }));
     let mut out = Response::new(body::streaming(body));
     *out.headers_mut() = chain::sse_headers("");
     out.headers_mut().remove("x-shimgate-route");
     out
 }
 
-/// Sends the original request upstream through the chain, the answer going
-/// through both translators so the agent gets what the proxy path would give.
+/// Sends the agent's request upstream through the chain as it came, the
+/// answer translated once so the agent gets what the proxy path would
+/// give; `shape` is the answer shape of the request (see
+/// [`Shim::shape`]).
 async fn direct<S: Shim>(
     host: &Arc<Host<S>>,
     app: &Arc<App>,
     config: &Config,
-    taken: Intercepted<S>,
+    (shape, original): (Value, Arc<S::Original>),
+    agent: Agent,
 ) -> Response<Body> {
     let name = host.shim.name();
-    let housekeeping = is_housekeeping(&taken.native);
+    let housekeeping = is_housekeeping(&agent.native);
+    let secrets = Secrets::of(&agent.headers);
     let outbound = host.upstream.outbound(
         config,
-        taken.native,
-        &taken.path_and_query,
-        &taken.headers,
-        taken.encoded,
+        agent.native,
+        &agent.path_and_query,
+        &agent.headers,
+        agent.encoded,
     );
     let h = host.clone();
-    let (openai, original) = (super::answer_shape(&taken.openai), taken.original);
-    let factory: TranslatorFactory = Arc::new(move || h.agent_translator(&openai, &original));
-    let mut spec = CallSpec::new(config, name, "fallback", outbound, taken.received);
+    let factory: TranslatorFactory = Arc::new(move || h.agent_translator(&shape, &original));
+    let mut spec = CallSpec::new(config, name, "fallback", outbound, agent.received);
     spec.translator = Some(factory);
     spec.housekeeping = housekeeping;
-    spec.secrets = Secrets::of(&taken.headers);
+    spec.secrets = secrets;
     let resp = chain::call(&app.chain_ctx(), spec).await;
     if let ChainResponse::Failed(e) = &resp {
         app.shim_stats(name).error(e.message());
@@ -358,10 +387,22 @@ async fn direct<S: Shim>(
     resp.into_response()
 }
 
-/// An intercepted request, as the direct path needs it.
+/// What the ingress read of a request: folded for a proxy, or only its
+/// answer shape (and the original the ingress translator gets).
+enum Read<O> {
+    Folded(shimgate_shim_api::Folded<O>),
+    Shaped(Value, O),
+}
+
+/// An intercepted request, folded for the proxy.
 struct Intercepted<S: Shim> {
     original: Arc<S::Original>,
     openai: Arc<Value>,
+    agent: Agent,
+}
+
+/// The request as the agent sent it, as the direct path needs it.
+struct Agent {
     /// The body as fold read it (decoded, when it came encoded).
     native: Bytes,
     /// It came in a transport encoding: the codec encodes it again.

@@ -222,17 +222,7 @@ impl<S: Shim> ShimHost for Host<S> {
     }
 }
 
-/// The part of an OpenAI request a return-leg translator reads (`model`,
-/// `stream`, `stream_options`): a stream keeps this, not the conversation.
-pub fn answer_shape(request: &Value) -> Value {
-    let mut shape = serde_json::Map::new();
-    for key in ["model", "stream", "stream_options"] {
-        if let Some(v) = request.get(key) {
-            shape.insert(key.to_string(), v.clone());
-        }
-    }
-    Value::Object(shape)
-}
+pub use shimgate_shim_api::answer_shape;
 
 /// The header that carries the rid to proxies that compress a fixed path.
 pub const RID_HEADER: &str = "x-shimgate-rid";

@@ -193,7 +193,9 @@ async fn forward<S: Shim>(
         }
     };
     stats.bump(Counter::Forwarded);
-    let housekeeping = is_housekeeping(&t.bytes) || is_housekeeping(&entry.native);
+    // The proxy's body is read once: the parsed copy says it.
+    let housekeeping =
+        chain::is_housekeeping_parsed(&t.bytes, &t.openai) || is_housekeeping(&entry.native);
     let outbound = host.upstream.outbound(
         config,
         native,

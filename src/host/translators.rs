@@ -36,8 +36,7 @@ impl<R: StreamTranslator, I: StreamTranslator> Native<R, I> {
 
 impl<R: StreamTranslator, I: StreamTranslator> StreamTranslator for Native<R, I> {
     fn event(&mut self, event: &SseEvent, out: &mut BytesMut) -> FrameClass {
-        let class = self.ret.event(event, &mut self.scratch);
-        self.scratch.clear();
+        let class = self.ret.classify(event, &mut self.scratch);
         // A parsed event carries the last event ID in force; write an `id:`
         // line only where it changed (an empty one where it was reset), so
         // the agent's parser ends up with the same IDs as the upstream's.

@@ -1,7 +1,9 @@
 //! Response bodies: one boxed type for everything a listener sends, a
 //! channel-fed streaming body, and small JSON helpers.
 
+use std::future::Future;
 use std::pin::Pin;
+use std::sync::Mutex;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -9,6 +11,7 @@ use http::{header, HeaderValue, Response, StatusCode};
 use http_body::Frame;
 use http_body_util::{BodyExt, Full};
 use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TryRecvError;
 
 /// Error type of every body we produce.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -23,27 +26,124 @@ pub type Body = http_body_util::combinators::BoxBody<Bytes, BoxError>;
 /// memory (at most this many frames, each one upstream read, are buffered).
 pub const BODY_CHANNEL_FRAMES: usize = 8;
 
-/// A body fed by a task through a bounded channel. An `Err` item aborts the
+/// The future that writes into a [`ChannelBody`]'s sender, when the body
+/// polls it itself (see [`ChannelBody::fed_by`]).
+pub type Feed = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A body fed through a bounded channel: by a task of its own, or by a
+/// [`Feed`] the body polls in its reader's task. An `Err` item aborts the
 /// connection (the client sees a cut body rather than a clean end).
 pub struct ChannelBody {
     rx: mpsc::Receiver<Result<Bytes, BoxError>>,
+    /// Polled from `poll_frame`; the mutex only makes the body `Sync`
+    /// (it is reached through `get_mut`, never locked).
+    feed: Mutex<Option<Feed>>,
+    /// Data went out since the body last said `Pending`.
+    sent: bool,
+    /// An error held back for one turn (see [`ChannelBody::poll_chunk`]).
+    error: Option<BoxError>,
 }
 
 impl ChannelBody {
     /// A body and the sender that feeds it.
     pub fn channel() -> (mpsc::Sender<Result<Bytes, BoxError>>, ChannelBody) {
         let (tx, rx) = mpsc::channel(BODY_CHANNEL_FRAMES);
-        (tx, ChannelBody { rx })
+        (tx, ChannelBody::new(rx))
     }
 
     /// Wraps an existing receiver.
     pub fn new(rx: mpsc::Receiver<Result<Bytes, BoxError>>) -> Self {
-        ChannelBody { rx }
+        ChannelBody {
+            rx,
+            feed: Mutex::new(None),
+            sent: false,
+            error: None,
+        }
+    }
+
+    /// Has `feed` (the future holding the sender) run by the
+    /// body's own polls, in the task that reads it, instead of in a task of
+    /// its own: a chunk the upstream delivers wakes only the client's
+    /// connection task, where a feeding task would wake itself and then
+    /// the connection's, a cross-thread hand-off per chunk. Dropped before
+    /// the feed finished (the client went away), the body closes the
+    /// channel and hands the feed to a task, so it sees the closed sender
+    /// at once and ends as it would have in a task of its own.
+    pub fn fed_by(&mut self, feed: Feed) {
+        *self.feed.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(feed);
     }
 
     /// Receives the next chunk (for callers that consume the body themselves).
     pub async fn recv(&mut self) -> Option<Result<Bytes, BoxError>> {
-        self.rx.recv().await
+        std::future::poll_fn(|cx| self.poll_chunk(cx)).await
+    }
+
+    /// The next chunk. An error right behind data is held back for one
+    /// `Pending` (the task woken at once): hyper aborts the connection on a
+    /// body error without writing what it buffered, and the head and the
+    /// chunks before a break must reach the client (a fed body often has
+    /// them all ready in one poll).
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, BoxError>>> {
+        if let Some(e) = self.error.take() {
+            return Poll::Ready(Some(Err(e)));
+        }
+        let next = self.poll_item(cx);
+        match next {
+            Poll::Ready(Some(Err(e))) if self.sent => {
+                self.sent = false;
+                self.error = Some(e);
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            Poll::Ready(Some(Ok(_))) => {
+                self.sent = true;
+                next
+            }
+            Poll::Pending => {
+                self.sent = false;
+                next
+            }
+            other => other,
+        }
+    }
+
+    fn poll_item(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, BoxError>>> {
+        loop {
+            match self.rx.try_recv() {
+                Ok(item) => return Poll::Ready(Some(item)),
+                Err(TryRecvError::Disconnected) => return Poll::Ready(None),
+                Err(TryRecvError::Empty) => {}
+            }
+            let slot = self.feed.get_mut().unwrap_or_else(|p| p.into_inner());
+            let Some(feed) = slot.as_mut() else {
+                return self.rx.poll_recv(cx);
+            };
+            match feed.as_mut().poll(cx) {
+                // Done: what it sent is drained by the next turn, then the
+                // dropped sender ends the body.
+                Poll::Ready(()) => *slot = None,
+                // Waiting on the upstream (or a full channel): whatever it
+                // sent before is taken now; otherwise its own wakers bring
+                // the reader back, so nothing else needs registering.
+                Poll::Pending => {
+                    return match self.rx.try_recv() {
+                        Ok(item) => Poll::Ready(Some(item)),
+                        Err(TryRecvError::Disconnected) => Poll::Ready(None),
+                        Err(TryRecvError::Empty) => Poll::Pending,
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ChannelBody {
+    fn drop(&mut self) {
+        let slot = self.feed.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let (Some(feed), Ok(rt)) = (slot.take(), tokio::runtime::Handle::try_current()) {
+            self.rx.close();
+            rt.spawn(feed);
+        }
     }
 }
 
@@ -55,12 +155,8 @@ impl http_body::Body for ChannelBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match self.rx.poll_recv(cx) {
-            Poll::Ready(Some(Ok(bytes))) => Poll::Ready(Some(Ok(Frame::data(bytes)))),
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        }
+        self.poll_chunk(cx)
+            .map(|item| item.map(|r| r.map(Frame::data)))
     }
 }
 

@@ -93,7 +93,11 @@ impl Connections {
         let a = activity.clone();
         let service = service_fn(move |req| {
             let guard = a.begin();
-            let fut = handle(req);
+            // Boxed: hyper keeps the box of its in-flight service future for
+            // as long as the connection lives, sized for the whole request
+            // handler (some KiB); boxed here, that box holds a pointer and
+            // the handler's own state is freed once the head is out.
+            let fut = Box::pin(handle(req));
             async move {
                 let resp = fut.await;
                 Ok::<_, Infallible>(resp.map(|b| {

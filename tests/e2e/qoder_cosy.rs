@@ -34,6 +34,7 @@ async fn behind_reference_compressor(base: &str) -> (Gate, shimgate::compressor:
         shimgate::compressor::Policy {
             threshold_chars: 8000,
             keep_turns: 2,
+            pass_through: false,
         },
     )
     .await
@@ -181,7 +182,11 @@ async fn an_encode_1_body_that_does_not_decode_falls_back_with_the_upstream_s_an
         "this is <not> the qoder encoding",
     )
     .await;
-    assert_eq!(resp.status, StatusCode::BAD_REQUEST, "the upstream's own answer");
+    assert_eq!(
+        resp.status,
+        StatusCode::BAD_REQUEST,
+        "the upstream's own answer"
+    );
     assert_eq!(resp.text(), r#"{"code":"400","message":"bad body"}"#);
     assert_eq!(up.hits(), 1, "passed through once, untouched");
     assert_eq!(up.requests()[0].body, b"this is <not> the qoder encoding");

@@ -14,5 +14,5 @@ pub mod sse;
 pub mod translate;
 
 pub use failure::{Failure, FailureCode};
-pub use shim::{Folded, Shim, ShimError};
+pub use shim::{answer_shape, Folded, Shim, ShimError};
 pub use translate::{translate_all, Drive, FrameClass, StreamTranslator};

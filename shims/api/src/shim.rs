@@ -19,6 +19,18 @@ pub struct Folded<O> {
     pub original: O,
 }
 
+/// The part of an OpenAI request a return-leg translator reads (`model`,
+/// `stream`, `stream_options`): a stream keeps this, not the conversation.
+pub fn answer_shape(request: &Value) -> Value {
+    let mut shape = serde_json::Map::new();
+    for key in ["model", "stream", "stream_options"] {
+        if let Some(v) = request.get(key) {
+            shape.insert(key.to_string(), v.clone());
+        }
+    }
+    Value::Object(shape)
+}
+
 /// Why a shim could not fold or restore; the runtime falls back to the
 /// original behaviour and shows the message in `lastError`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +106,19 @@ pub trait Shim: Send + Sync + 'static {
 
     /// Folds the native request body into an OpenAI chat body.
     fn fold(&self, native: &[u8]) -> Result<Folded<Self::Original>, ShimError>;
+
+    /// What the ingress needs to answer a request itself when no proxy
+    /// will read a fold (direct mode: the agent's bytes go upstream as
+    /// they are): the [`answer_shape`] of the OpenAI body [`Shim::fold`]
+    /// would make, which the return-leg translator reads, and the original
+    /// the ingress translator gets. It must refuse exactly what `fold`
+    /// refuses (the runtime then passes the request through untouched), so
+    /// a shim that reads the shape without folding falls back to `fold` on
+    /// anything it is unsure of. Default: `fold`, and the shape of its body.
+    fn shape(&self, native: &[u8]) -> Result<(Value, Self::Original), ShimError> {
+        let folded = self.fold(native)?;
+        Ok((answer_shape(&folded.openai), folded.original))
+    }
 
     /// Restores the native request body from the original and the
     /// (compressed) OpenAI body: only `messages`, `tools` and sampling fields

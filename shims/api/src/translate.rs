@@ -36,6 +36,17 @@ pub trait StreamTranslator: Send + 'static {
     /// Translates one upstream event, appending whole frames to `out`.
     fn event(&mut self, event: &SseEvent, out: &mut BytesMut) -> FrameClass;
 
+    /// What [`event`](Self::event) would say of `event`, keeping the same
+    /// state, for a caller that passes the upstream's own events on and
+    /// needs only their class (a direct answer in the agent's own wire).
+    /// The default translates into `scratch` and clears it; a translator
+    /// that can tell the class without writing overrides it.
+    fn classify(&mut self, event: &SseEvent, scratch: &mut BytesMut) -> FrameClass {
+        let class = self.event(event, scratch);
+        scratch.clear();
+        class
+    }
+
     /// The upstream closed the stream without an end frame. Appends whatever
     /// closes the output and returns [`FrameClass::End`] when the answer is
     /// nevertheless complete.

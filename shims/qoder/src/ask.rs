@@ -117,6 +117,41 @@ pub fn fold(native: &[u8]) -> Result<Folded<OriginalAsk>, ShimError> {
     })
 }
 
+/// The answer shape of the body [`fold`] would make (`model` from
+/// `model_config.key`, `stream: true`), read without parsing the
+/// conversation; `None` when unsure (not UTF-8, not JSON the strict
+/// scanner accepts, an escaped key, no `messages` list): the caller folds,
+/// which decides, refusals included.
+pub fn shape(native: &[u8]) -> Option<Value> {
+    std::str::from_utf8(native).ok()?;
+    let (mut model_config, mut messages) = (None, None);
+    let mut escaped_key = false;
+    // A repeated key keeps its last value, as the parsed ask does.
+    shimgate_shim_api::json_scan::members(native, &mut |key, value| match key {
+        b"\"model_config\"" => model_config = Some(value),
+        b"\"messages\"" => messages = Some(value),
+        _ => escaped_key |= key.contains(&b'\\'),
+    })
+    .ok()?;
+    if escaped_key || messages?.first() != Some(&b'[') {
+        return None;
+    }
+    let config: Option<Value> = match model_config {
+        Some(raw) => Some(serde_json::from_slice(raw).ok()?),
+        None => None,
+    };
+    let model_key = config
+        .as_ref()
+        .and_then(|c| c.get("key"))
+        .and_then(Value::as_str)
+        .filter(|k| !k.is_empty())
+        .unwrap_or(DEFAULT_MODEL);
+    let mut shape = Map::new();
+    shape.insert("model".into(), model_key.into());
+    shape.insert("stream".into(), Value::Bool(true));
+    Some(Value::Object(shape))
+}
+
 /// Rebuilds the ask from the original and the (compressed) OpenAI body:
 /// `messages`, `tools` (always present, `[]` when absent) and the sampling
 /// fields of `parameters` come from `openai`; every other field from the
@@ -125,6 +160,15 @@ pub fn fold(native: &[u8]) -> Result<Folded<OriginalAsk>, ShimError> {
 /// `request_id` (and `chat_record_id` when the original had it equal to
 /// `request_id`): qoder answers a reused id with 103.
 pub fn rebuild(original: &OriginalAsk, openai: &Value) -> Result<Value, ShimError> {
+    rebuild_with_id(original, openai, &fresh_uuid())
+}
+
+/// [`rebuild`] with `new_id` as the fresh `request_id`.
+fn rebuild_with_id(
+    original: &OriginalAsk,
+    openai: &Value,
+    new_id: &str,
+) -> Result<Value, ShimError> {
     let Some(body) = openai.as_object() else {
         return Err(ShimError::new("compressed body is not a JSON object"));
     };
@@ -143,8 +187,10 @@ pub fn rebuild(original: &OriginalAsk, openai: &Value) -> Result<Value, ShimErro
         _ => Vec::new(),
     };
     ask.insert("tools".into(), Value::Array(tools));
-    rebuild_parameters(&mut ask, body);
-    renew_ids(&mut ask);
+    if let Some(parameters) = rebuilt_parameters(&ask, body) {
+        ask.insert("parameters".into(), Value::Object(parameters));
+    }
+    renew_ids_with(&mut ask, new_id);
     Ok(Value::Object(ask))
 }
 
@@ -152,10 +198,92 @@ pub fn rebuild(original: &OriginalAsk, openai: &Value) -> Result<Value, ShimErro
 /// out-of-range number fold carried as a tag written back as the agent's
 /// own token (see [`shimgate_shim_api::json`]).
 pub fn restore(original: &OriginalAsk, openai: &Value) -> Result<Vec<u8>, ShimError> {
-    let ask = rebuild(original, openai)?;
-    serde_json::to_vec(&ask)
+    restore_with_id(original, openai, &fresh_uuid())
+}
+
+/// [`restore`] with `new_id` as the fresh `request_id`: the bytes of
+/// [`rebuild`]'s ask, written from the original and the OpenAI body as
+/// they are instead of from a clone of the whole ask (the clone cost more
+/// than the writing).
+fn restore_with_id(
+    original: &OriginalAsk,
+    openai: &Value,
+    new_id: &str,
+) -> Result<Vec<u8>, ShimError> {
+    let Some(body) = openai.as_object() else {
+        return Err(ShimError::new("compressed body is not a JSON object"));
+    };
+    let Some(Value::Array(messages)) = body.get("messages") else {
+        return Err(ShimError::new("compressed body has no messages array"));
+    };
+    let ask = &original.ask;
+    let system = match ask.get("system") {
+        Some(Value::String(_)) => leading_system_text(messages),
+        _ => None,
+    };
+    let no_tools = Vec::new();
+    let tools = match body.get("tools") {
+        Some(Value::Array(tools)) => tools,
+        _ => &no_tools,
+    };
+    let rebuilt = Rebuilt {
+        ask,
+        system,
+        messages,
+        tools,
+        parameters: rebuilt_parameters(ask, body),
+        record_follows: record_follows(ask),
+        new_id,
+    };
+    serde_json::to_vec(&rebuilt)
         .map(shimgate_shim_api::json::restore_numbers)
         .map_err(|e| ShimError::new(format!("ask did not serialise: {e}")))
+}
+
+/// The rebuilt ask as [`rebuild_with_id`] makes it: the original's members
+/// in their places, these in place of theirs, and the ones it lacked after
+/// them in the order `rebuild` inserts them.
+struct Rebuilt<'a> {
+    ask: &'a Map<String, Value>,
+    system: Option<String>,
+    messages: &'a Vec<Value>,
+    tools: &'a Vec<Value>,
+    parameters: Option<Map<String, Value>>,
+    record_follows: bool,
+    new_id: &'a str,
+}
+
+impl serde::Serialize for Rebuilt<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(None)?;
+        for (key, value) in self.ask {
+            match key.as_str() {
+                "system" if self.system.is_some() => map.serialize_entry(key, &self.system)?,
+                "messages" => map.serialize_entry(key, self.messages)?,
+                "tools" => map.serialize_entry(key, self.tools)?,
+                "parameters" if self.parameters.is_some() => {
+                    map.serialize_entry(key, &self.parameters)?
+                }
+                "chat_record_id" if self.record_follows => map.serialize_entry(key, self.new_id)?,
+                "request_id" => map.serialize_entry(key, self.new_id)?,
+                _ => map.serialize_entry(key, value)?,
+            }
+        }
+        if !self.ask.contains_key("messages") {
+            map.serialize_entry("messages", self.messages)?;
+        }
+        if !self.ask.contains_key("tools") {
+            map.serialize_entry("tools", self.tools)?;
+        }
+        if let (false, Some(p)) = (self.ask.contains_key("parameters"), &self.parameters) {
+            map.serialize_entry("parameters", p)?;
+        }
+        if !self.ask.contains_key("request_id") {
+            map.serialize_entry("request_id", self.new_id)?;
+        }
+        map.end()
+    }
 }
 
 /// A fresh random (version 4) UUID, lowercase, hyphenated: the ask's
@@ -192,9 +320,14 @@ fn leading_system_text(messages: &[Value]) -> Option<String> {
     }
 }
 
-/// Sets the sampling fields of `parameters` from the OpenAI body; a field
-/// the body no longer has was removed by the proxy and is removed here.
-fn rebuild_parameters(ask: &mut Map<String, Value>, body: &Map<String, Value>) {
+/// The ask's `parameters` with its sampling fields set from the OpenAI
+/// body (a field the body no longer has was removed by the proxy and is
+/// removed here); `None` when the ask keeps what it had (it had no
+/// `parameters` object and none is needed).
+fn rebuilt_parameters(
+    ask: &Map<String, Value>,
+    body: &Map<String, Value>,
+) -> Option<Map<String, Value>> {
     let had_parameters = matches!(ask.get("parameters"), Some(Value::Object(_)));
     let mut parameters = match ask.get("parameters") {
         Some(Value::Object(p)) => p.clone(),
@@ -219,9 +352,7 @@ fn rebuild_parameters(ask: &mut Map<String, Value>, body: &Map<String, Value>) {
             parameters.insert("enable_thinking".into(), (effort != "none").into());
         }
     }
-    if had_parameters || !parameters.is_empty() {
-        ask.insert("parameters".into(), Value::Object(parameters));
-    }
+    (had_parameters || !parameters.is_empty()).then_some(parameters)
 }
 
 /// The ask with a fresh `request_id` (and `chat_record_id` where it
@@ -235,19 +366,22 @@ pub fn with_fresh_ids(ask: &[u8]) -> Result<Vec<u8>, ShimError> {
 }
 
 fn renew_ids(ask: &mut Map<String, Value>) {
-    let old_id = ask
-        .get("request_id")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let new_id = fresh_uuid();
-    let record_follows = match (&old_id, ask.get("chat_record_id")) {
-        (Some(old), Some(Value::String(record))) => record == old,
-        _ => false,
-    };
-    if record_follows {
-        ask.insert("chat_record_id".into(), new_id.clone().into());
+    renew_ids_with(ask, &fresh_uuid());
+}
+
+fn renew_ids_with(ask: &mut Map<String, Value>, new_id: &str) {
+    if record_follows(ask) {
+        ask.insert("chat_record_id".into(), new_id.into());
     }
     ask.insert("request_id".into(), new_id.into());
+}
+
+/// Whether `chat_record_id` equals `request_id` (it then follows it).
+fn record_follows(ask: &Map<String, Value>) -> bool {
+    match (ask.get("request_id"), ask.get("chat_record_id")) {
+        (Some(Value::String(old)), Some(Value::String(record))) => record == old,
+        _ => false,
+    }
 }
 
 #[cfg(test)]

@@ -79,6 +79,20 @@ impl Shim for QoderShim {
         ask::fold(native)
     }
 
+    /// Read without folding when the scan is sure; the original is empty:
+    /// the qoder agent reads the return leg's output, no ingress
+    /// translator runs.
+    fn shape(&self, native: &[u8]) -> Result<(Value, OriginalAsk), ShimError> {
+        if let Some(shape) = ask::shape(native) {
+            return Ok((shape, OriginalAsk::default()));
+        }
+        let folded = ask::fold(native)?;
+        Ok((
+            shimgate_shim_api::answer_shape(&folded.openai),
+            folded.original,
+        ))
+    }
+
     fn restore(&self, original: &OriginalAsk, openai: &Value) -> Result<Vec<u8>, ShimError> {
         ask::restore(original, openai)
     }

@@ -144,7 +144,7 @@ impl Unwrapper {
         if data == b"[DONE]" {
             return end(out);
         }
-        if data.first() != Some(&b'{') {
+        if data.first() != Some(&b'{') || !could_be_envelope(data) {
             return self.inner(data, Origin::Bare, out);
         }
         // Optimistically decode the body into the frame while scanning.
@@ -317,6 +317,18 @@ impl Unwrapper {
             }
         }
     }
+}
+
+/// Whether an object frame may be an envelope: one has a `body` or a
+/// `statusCodeValue` key, spelled out or (only `\u` escapes make letters)
+/// escaped. A bare chunk (what the ingress reads) has neither, and is
+/// judged without the envelope scan, which every reading of such a frame
+/// ends in anyway (`inner`, bare).
+fn could_be_envelope(data: &[u8]) -> bool {
+    use memchr::memmem::find;
+    find(data, b"body").is_some()
+        || find(data, b"statusCodeValue").is_some()
+        || find(data, b"\\u").is_some()
 }
 
 fn end(out: &mut BytesMut) -> FrameClass {

@@ -69,6 +69,39 @@ pub fn fold_body(body: &Value) -> Result<Value, ShimError> {
     Ok(Value::Object(out))
 }
 
+/// The answer shape of the body [`fold_body`] would make (`model`, from
+/// `config_name` when absent; `stream`, `true` when absent), read without
+/// parsing the conversation; `None` when unsure (not UTF-8, not JSON the
+/// strict scanner accepts, an escaped key, no `messages` list): the caller
+/// folds, which decides, refusals included.
+pub fn shape(native: &[u8]) -> Option<Value> {
+    std::str::from_utf8(native).ok()?;
+    let (mut model, mut stream, mut config_name, mut messages) = (None, None, None, None);
+    let mut escaped_key = false;
+    // A repeated key keeps its last value, as the parsed body does.
+    crate::json_scan::members(native, &mut |key, value| match key {
+        b"\"model\"" => model = Some(value),
+        b"\"stream\"" => stream = Some(value),
+        b"\"config_name\"" => config_name = Some(value),
+        b"\"messages\"" => messages = Some(value),
+        _ => escaped_key |= key.contains(&b'\\'),
+    })
+    .ok()?;
+    if escaped_key || messages?.first() != Some(&b'[') {
+        return None;
+    }
+    let mut shape = Map::new();
+    if let Some(m) = model.or(config_name) {
+        shape.insert("model".into(), serde_json::from_slice(m).ok()?);
+    }
+    let stream = match stream {
+        Some(s) => serde_json::from_slice(s).ok()?,
+        None => Value::Bool(true),
+    };
+    shape.insert("stream".into(), stream);
+    Some(Value::Object(shape))
+}
+
 fn fold_messages(messages: &Value) -> Value {
     match messages {
         Value::Array(list) => Value::Array(list.iter().map(fold_message).collect()),
@@ -230,6 +263,36 @@ mod tests {
             fold_tool_choice(&json!("glob")),
             json!({"type":"function","function":{"name":"glob"}})
         );
+    }
+
+    #[test]
+    fn the_shape_is_what_the_fold_would_carry() {
+        let bodies = [
+            r#"{"model":"m","stream":false,"messages":[],"config_name":"c"}"#,
+            r#"{"config_name":"glm","messages":[{"role":"user","content":"hi"}]}"#,
+            r#"{"messages":[],"model":null,"stream_options":{"include_usage":false}}"#,
+            r#"{"model":"a","messages":[],"model":"b","stream":true}"#,
+        ];
+        for body in bodies {
+            let want = shimgate_shim_api::answer_shape(
+                &fold_body(&serde_json::from_str(body).unwrap()).unwrap(),
+            );
+            assert_eq!(shape(body.as_bytes()), Some(want), "{body}");
+        }
+    }
+
+    #[test]
+    fn the_shape_leaves_what_it_is_unsure_of_to_the_fold() {
+        for body in [
+            r#"{"model":"m"}"#,
+            r#"{"messages":{}}"#,
+            r#"[1]"#,
+            r#"{"messages":[],"t":1e400}"#,
+            r#"{"mod\u0065l":"m","messages":[]}"#,
+            r#"{"messages":[]"#,
+        ] {
+            assert_eq!(shape(body.as_bytes()), None, "{body}");
+        }
     }
 
     #[test]

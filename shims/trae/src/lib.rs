@@ -66,6 +66,19 @@ impl Shim for TraeShim {
         Ok(Folded { openai, original })
     }
 
+    /// Read without folding when the scan is sure; the original is
+    /// `null`: the ingress translator ([`ToSolo`]) needs none.
+    fn shape(&self, native: &[u8]) -> Result<(Value, Value), ShimError> {
+        if let Some(shape) = fold::shape(native) {
+            return Ok((shape, Value::Null));
+        }
+        let folded = self.fold(native)?;
+        Ok((
+            shimgate_shim_api::answer_shape(&folded.openai),
+            folded.original,
+        ))
+    }
+
     fn restore(&self, original: &Value, openai: &Value) -> Result<Vec<u8>, ShimError> {
         restore::restore_body(original, openai)
     }

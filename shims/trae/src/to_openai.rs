@@ -173,33 +173,39 @@ impl ToOpenAi {
             ext.key(b"continues");
             ext.buf.put_slice(b"true");
         }
-        let mut delta: Vec<&[u8]> = Vec::with_capacity(6);
+        // At most five pieces: on the stack, not a heap `Vec` per frame.
+        let mut delta: [&[u8]; 5] = [b""; 5];
+        let mut pieces = 0;
         if o.has_text() {
-            delta.extend([&b"\"content\":"[..], o.response]);
+            delta[0] = b"\"content\":";
+            delta[1] = o.response;
+            pieces = 2;
         }
         if o.has_reasoning() {
-            let key: &[u8] = if delta.is_empty() {
+            delta[pieces] = if pieces == 0 {
                 b"\"reasoning_content\":"
             } else {
                 b",\"reasoning_content\":"
             };
-            delta.extend([key, o.reasoning]);
+            delta[pieces + 1] = o.reasoning;
+            pieces += 2;
         }
         if split {
-            self.chunk(out, &delta, None, &ext);
-            delta.clear();
+            self.chunk(out, &delta[..pieces], None, &ext);
+            pieces = 0;
             ext = Ext::default();
         }
         let mut calls = Vec::new();
         if !o.tools.is_empty() {
-            if !delta.is_empty() {
+            if pieces > 0 {
                 calls.push(b',');
             }
             tool_calls(&mut calls, &o.tools);
             tool_extras(&mut ext, &o.tools);
-            delta.push(&calls);
+            delta[pieces] = &calls;
+            pieces += 1;
         }
-        self.chunk(out, &delta, None, &ext);
+        self.chunk(out, &delta[..pieces], None, &ext);
         FrameClass::Content
     }
 
@@ -367,6 +373,28 @@ impl StreamTranslator for ToOpenAi {
                 FrameClass::NotContent
             }
         }
+    }
+
+    /// The classes [`ToOpenAi::event`] gives, without writing a chunk: a
+    /// direct answer passes SOLO's own events on and needs only these.
+    fn classify(&mut self, ev: &SseEvent, _scratch: &mut BytesMut) -> FrameClass {
+        if let Some(ended) = &self.ended {
+            return ended.clone();
+        }
+        let class = match ev.event.as_deref().unwrap_or_default() {
+            b"output" => {
+                return match Output::parse(&ev.data).filter(Output::is_content) {
+                    Some(_) => FrameClass::Content,
+                    None => FrameClass::NotContent,
+                }
+            }
+            b"done" => FrameClass::End,
+            b"error" => FrameClass::Error(SoloError::parse(&ev.data).failure()),
+            _ if is_done_marker(ev) => FrameClass::End,
+            _ => return FrameClass::NotContent,
+        };
+        self.ended = Some(class.clone());
+        class
     }
 
     fn eof(&mut self, _out: &mut BytesMut) -> FrameClass {

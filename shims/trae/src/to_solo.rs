@@ -23,6 +23,8 @@
 //! [`fail`](StreamTranslator::fail) writes a SOLO `error` built by
 //! [`failure_payload`] and ends the stream.
 
+use std::borrow::Cow;
+
 use bytes::{BufMut, BytesMut};
 use serde_json::{Map, Value};
 use shimgate_shim_api::sse::write_data;
@@ -31,6 +33,7 @@ use shimgate_shim_api::{Failure, FailureCode, FrameClass, StreamTranslator};
 use crate::classify::SoloError;
 use crate::ext::{failure_payload, EXT_KEY};
 use crate::json_write as jw;
+use shimgate_shim_api::json_scan::{Cursor, RawStr};
 
 /// The ingress translator for one answer relayed by the proxy.
 #[derive(Debug, Default)]
@@ -56,6 +59,8 @@ pub struct ToSolo {
 enum Payload {
     Json(Value),
     Text(String),
+    /// JSON already written as `serde_json` writes it (see [`canonical`]).
+    Raw(Vec<u8>),
 }
 
 impl Payload {
@@ -63,6 +68,7 @@ impl Payload {
         match self {
             Payload::Json(v) => serde_json::to_vec(v).unwrap_or_default(),
             Payload::Text(s) => s.clone().into_bytes(),
+            Payload::Raw(b) => b.clone(),
         }
     }
 }
@@ -102,6 +108,18 @@ impl ToSolo {
         retry: Option<u64>,
         data: &[u8],
     ) {
+        self.frame_head(out, event, id, retry);
+        write_data(out, data);
+    }
+
+    /// The lines of a frame before its data (see [`ToSolo::frame`]).
+    fn frame_head(
+        &mut self,
+        out: &mut BytesMut,
+        event: Option<&str>,
+        id: Option<Option<&str>>,
+        retry: Option<u64>,
+    ) {
         if let Some(name) = event {
             out.put_slice(b"event: ");
             out.put_slice(name.replace(['\r', '\n'], "").as_bytes());
@@ -124,7 +142,60 @@ impl ToSolo {
             jw::uint(out, ms);
             out.put_u8(b'\n');
         }
-        write_data(out, data);
+    }
+
+    /// A plain content chunk, the kind nearly every frame of an answer is
+    /// (text or reasoning in the first choice's delta; no `x_solo`, error,
+    /// usage, tool calls or finish), read with the strict scanner and
+    /// written as [`ToSolo::write_output`] would write it, without parsing
+    /// it into a `Value` (which cost more than the rest of the frame's
+    /// relaying together). `None`: any other chunk, for the `Value` reading.
+    fn plain_content(&mut self, data: &[u8], out: &mut BytesMut) -> Option<FrameClass> {
+        let (response, reasoning) = plain_delta(data)?;
+        if response == EMPTY_LITERAL && reasoning == EMPTY_LITERAL {
+            return Some(FrameClass::NotContent);
+        }
+        self.flush(out);
+        let id = self.upstream_id.clone();
+        self.frame_head(out, Some("output"), Some(id.as_deref()), None);
+        out.reserve(response.len() + reasoning.len() + 72);
+        out.put_slice(b"data: {\"response\":");
+        out.put_slice(&response);
+        out.put_slice(b",\"reasoning_content\":");
+        out.put_slice(&reasoning);
+        out.put_slice(b",\"tool_calls\":null}\n\n");
+        Some(FrameClass::Content)
+    }
+
+    /// A carrier (any event but `error`) whose data is JSON already
+    /// written as `serde_json` writes it (see [`canonical`]): its bytes are
+    /// kept or copied instead of parsed into a `Value` and written again,
+    /// as [`ToSolo::carried`] would keep or write them. `None`: anything
+    /// else.
+    fn plain_carrier(&mut self, data: &[u8], out: &mut BytesMut) -> Option<FrameClass> {
+        if self.error.is_some() {
+            return None;
+        }
+        let x = carrier_fields(data)?;
+        if x.event == Some("error") {
+            return None;
+        }
+        self.upstream_id = x.id.map(str::to_owned);
+        let held = |x: &CarrierFields<'_>, id: Option<String>| Carried {
+            payload: Payload::Raw(x.data.to_vec()),
+            id,
+            retry: x.retry,
+        };
+        match x.event {
+            Some("done") => self.done = Some(held(&x, self.upstream_id.clone())),
+            Some("token_usage") => self.usage = Some(held(&x, self.upstream_id.clone())),
+            _ => {
+                self.flush(out);
+                let id = self.upstream_id.clone();
+                self.frame(out, x.event, Some(id.as_deref()), x.retry, x.data);
+            }
+        }
+        Some(FrameClass::NotContent)
     }
 
     fn write_carried(&mut self, out: &mut BytesMut, name: Option<&str>, c: &Carried) {
@@ -193,6 +264,7 @@ impl ToSolo {
                 let e = match &c.payload {
                     Payload::Json(v) => SoloError::from_value(v),
                     Payload::Text(t) => SoloError::parse(t.as_bytes()),
+                    Payload::Raw(b) => SoloError::parse(b),
                 };
                 self.error = Some((c, e.failure()));
             }
@@ -331,6 +403,287 @@ impl ToSolo {
     }
 }
 
+/// `""`, the literal of an absent or null text.
+const EMPTY_LITERAL: &[u8] = b"\"\"";
+
+/// The text and reasoning of a plain content chunk (see
+/// [`ToSolo::plain_content`]) as the string literals [`jw::string`] writes
+/// for them; `None` for any other chunk, or one the scanner is unsure of
+/// (the `Value` reading decides those). One strict pass: a member that is
+/// read is validated where it is read, the rest where it is skipped.
+fn plain_delta(data: &[u8]) -> Option<(Literal<'_>, Literal<'_>)> {
+    // A carrier (most non-content frames) is the `Value` reading's anyway.
+    if memchr::memmem::find(data, EXT_KEY.as_bytes()).is_some() {
+        return None;
+    }
+    std::str::from_utf8(data).ok()?;
+    let mut c = Cursor::strict(data);
+    c.enter_object()?;
+    let mut texts = None;
+    let mut first = true;
+    while let Some(key) = c.next_key(&mut first)? {
+        // An escaped key could spell anything.
+        if key.escaped {
+            return None;
+        }
+        match key.raw(data) {
+            b"choices" => texts = Some(first_choice_texts(&mut c)?),
+            b"error" | b"usage" => return None,
+            _ => c.skip_value()?,
+        }
+    }
+    if !c.at_end() {
+        return None;
+    }
+    let (content, reasoning) = texts?;
+    Some((text_literal(data, content)?, text_literal(data, reasoning)?))
+}
+
+/// A string literal as the SOLO frame holds it.
+type Literal<'a> = Cow<'a, [u8]>;
+
+/// A text member: absent, `null`, or a string (any other value: unsure).
+type Text = Option<Option<RawStr>>;
+
+/// The texts of the first choice of `choices` (the cursor at its value);
+/// `None` unless it is an array whose first item is an object with an
+/// object `delta` holding no tool call, and no finish.
+fn first_choice_texts(c: &mut Cursor<'_>) -> Option<(Text, Text)> {
+    c.enter_array()?;
+    let mut texts = None;
+    let mut first = true;
+    while c.next_item(&mut first)? {
+        if texts.is_some() {
+            c.skip_value()?;
+            continue;
+        }
+        c.enter_object()?;
+        let mut delta = None;
+        let mut first_key = true;
+        while let Some(key) = c.next_key(&mut first_key)? {
+            if key.escaped {
+                return None;
+            }
+            match key.raw(c.buf()) {
+                b"delta" => delta = Some(delta_texts(c)?),
+                b"finish_reason" if !c.skip_is_null()? => return None,
+                b"finish_reason" => {}
+                _ => c.skip_value()?,
+            }
+        }
+        texts = Some(delta?);
+    }
+    texts
+}
+
+fn delta_texts(c: &mut Cursor<'_>) -> Option<(Text, Text)> {
+    c.enter_object()?;
+    let (mut content, mut reasoning) = (None, None);
+    let mut first = true;
+    while let Some(key) = c.next_key(&mut first)? {
+        if key.escaped {
+            return None;
+        }
+        match key.raw(c.buf()) {
+            b"content" => content = Some(text(c)?),
+            b"reasoning_content" => reasoning = Some(text(c)?),
+            b"tool_calls" if !c.skip_is_null()? => return None,
+            b"tool_calls" => {}
+            _ => c.skip_value()?,
+        }
+    }
+    Some((content, reasoning))
+}
+
+/// A string or `null` (`Some(None)`); `None` for anything else.
+fn text(c: &mut Cursor<'_>) -> Option<Option<RawStr>> {
+    if c.peek()? == b'"' {
+        return c.string().map(Some);
+    }
+    c.skip_is_null()?.then_some(None)
+}
+
+/// What a carrier chunk says, read by [`carrier_fields`].
+struct CarrierFields<'a> {
+    event: Option<&'a str>,
+    id: Option<&'a str>,
+    retry: Option<u64>,
+    data: &'a [u8],
+}
+
+/// The `x_solo` of a carrier chunk whose members are plain (strings
+/// without escapes, a plain integer `retry`) and whose `data` is
+/// [`canonical`]; `None` for any other chunk (the `Value` reading takes it).
+fn carrier_fields(chunk: &[u8]) -> Option<CarrierFields<'_>> {
+    memchr::memmem::find(chunk, EXT_KEY.as_bytes())?;
+    let text = std::str::from_utf8(chunk).ok()?;
+    let mut c = Cursor::strict(chunk);
+    c.enter_object()?;
+    let mut x = None;
+    let mut first = true;
+    while let Some(key) = c.next_key(&mut first)? {
+        if key.escaped {
+            return None;
+        }
+        c.peek()?;
+        let start = c.offset();
+        c.skip_value()?;
+        if key.raw(chunk) == EXT_KEY.as_bytes() {
+            x = Some(start..c.offset());
+        }
+    }
+    if !c.at_end() {
+        return None;
+    }
+    let x = x?;
+    let base = x.start;
+    let mut c = Cursor::strict(chunk.get(x)?);
+    c.enter_object()?;
+    let (mut event, mut id, mut retry, mut data) = (None, None, None, None);
+    let mut first = true;
+    while let Some(key) = c.next_key(&mut first)? {
+        if key.escaped {
+            return None;
+        }
+        c.peek()?;
+        let start = base + c.offset();
+        match key.raw(c.buf()) {
+            b"event" => event = Some(plain_string_or_null(&mut c, text, base)?),
+            b"id" => id = Some(plain_string_or_null(&mut c, text, base)?),
+            b"retry" => {
+                let digits = c.literal()?;
+                let plain = !digits.is_empty()
+                    && digits.len() <= 18
+                    && digits.iter().all(u8::is_ascii_digit)
+                    && (digits.len() == 1 || digits[0] != b'0');
+                if !plain {
+                    return None;
+                }
+                retry = Some(std::str::from_utf8(digits).ok()?.parse::<u64>().ok()?);
+            }
+            b"data" => {
+                c.skip_value()?;
+                data = Some(chunk.get(start..base + c.offset())?);
+            }
+            // `text` (data that is not JSON): the `Value` reading.
+            b"text" => return None,
+            _ => c.skip_value()?,
+        }
+    }
+    let data = data?;
+    canonical(data)?;
+    Some(CarrierFields {
+        event: event?,
+        id: id.flatten(),
+        retry,
+        data,
+    })
+}
+
+/// A string without escapes (its text) or `null` (`None`); `None` again
+/// (unsure) for anything else. `base`: where the cursor's text starts in
+/// `text`.
+fn plain_string_or_null<'a>(
+    c: &mut Cursor<'_>,
+    text: &'a str,
+    base: usize,
+) -> Option<Option<&'a str>> {
+    if c.peek()? == b'"' {
+        let raw = c.string()?;
+        if raw.escaped {
+            return None;
+        }
+        return text.get(base + raw.start..base + raw.end).map(Some);
+    }
+    c.skip_is_null()?.then_some(None)
+}
+
+/// `Some` when `json` (valid already) is exactly what `serde_json` writes
+/// for the value it holds: no whitespace between tokens, no escape in any
+/// string (a string without one is written as it is, while `serde_json`
+/// would write `\/` or `\u00e9` otherwise), integers only (no fraction or
+/// exponent, no leading zero, no `-0`, short enough for an `i64`), and no
+/// repeated key in an object (which keeps one member).
+fn canonical(json: &[u8]) -> Option<()> {
+    if json.contains(&b'\\') {
+        return None;
+    }
+    let mut in_string = false;
+    // Digits of the number being read, and the byte before this one.
+    let mut digits = 0usize;
+    let mut prev = b' ';
+    for &b in json {
+        if in_string {
+            in_string = b != b'"';
+        } else {
+            match b {
+                b'"' => in_string = true,
+                // `e` also ends `true` and `false`.
+                b'e' if matches!(prev, b'u' | b's') => {}
+                b' ' | b'\t' | b'\n' | b'\r' | b'.' | b'e' | b'E' | b'+' => return None,
+                b'0' if digits == 0 && prev == b'-' => return None,
+                b'0'..=b'9' if digits == 1 && prev == b'0' => return None,
+                b'0'..=b'9' if digits == 18 => return None,
+                _ => {}
+            }
+        }
+        digits = if !in_string && b.is_ascii_digit() {
+            digits + 1
+        } else {
+            0
+        };
+        prev = b;
+    }
+    no_repeated_keys(&mut Cursor::new(json))
+}
+
+/// No object in the value at the cursor holds one key twice.
+fn no_repeated_keys(c: &mut Cursor<'_>) -> Option<()> {
+    match c.peek()? {
+        b'{' => {
+            c.enter_object()?;
+            let mut keys: Vec<&[u8]> = Vec::new();
+            let mut first = true;
+            while let Some(key) = c.next_key(&mut first)? {
+                let raw = key.raw(c.buf());
+                if keys.contains(&raw) {
+                    return None;
+                }
+                keys.push(raw);
+                no_repeated_keys(c)?;
+            }
+            Some(())
+        }
+        b'[' => {
+            c.enter_array()?;
+            let mut first = true;
+            while c.next_item(&mut first)? {
+                no_repeated_keys(c)?;
+            }
+            Some(())
+        }
+        _ => c.skip_value(),
+    }
+}
+
+/// A text member as [`jw::string`] writes the string it holds: absent or
+/// `null` is `""`, a literal without escapes is already that (the writer
+/// escapes only what JSON requires), others are decoded and written again.
+fn text_literal(data: &[u8], text: Text) -> Option<Literal<'_>> {
+    let Some(Some(raw)) = text else {
+        return Some(Cow::Borrowed(EMPTY_LITERAL));
+    };
+    // The quotes sit just outside the contents.
+    let literal = data.get(raw.start - 1..raw.end + 1)?;
+    if !raw.escaped {
+        return Some(Cow::Borrowed(literal));
+    }
+    let decoded: String = serde_json::from_slice(literal).ok()?;
+    let mut again = Vec::with_capacity(literal.len());
+    jw::string(&mut again, &decoded);
+    Some(Cow::Owned(again))
+}
+
 fn call_name(t: &Value) -> &str {
     t.pointer("/function/name")
         .and_then(Value::as_str)
@@ -405,6 +758,12 @@ impl StreamTranslator for ToSolo {
         let data = ev.data.trim_ascii();
         if data == b"[DONE]" {
             return self.end(out);
+        }
+        if let Some(class) = self.plain_content(data, out) {
+            return class;
+        }
+        if let Some(class) = self.plain_carrier(data, out) {
+            return class;
         }
         let Ok(v) = serde_json::from_slice::<Value>(data) else {
             // Not a chunk (a proxy's own noise): nothing the agent can use.

@@ -109,3 +109,32 @@ fn crlf_fixture_reads_like_its_lf_twin() {
     assert_eq!(digest(crlf), digest(&lf));
     let _ = Proxy::Direct;
 }
+
+/// A direct answer classifies SOLO's own events without translating them:
+/// `classify` must give every event the class `event` gives it, and the
+/// same verdict at the end.
+#[test]
+fn classify_gives_the_classes_the_translation_gives() {
+    use bytes::BytesMut;
+    use shimgate_shim_api::StreamTranslator;
+    for (name, solo) in corpus() {
+        let request = serde_json::json!({"model": "m", "stream": true});
+        let mut translating = shimgate_shim_trae::ToOpenAi::new(&request);
+        let mut classifying = shimgate_shim_trae::ToOpenAi::new(&request);
+        let (mut out, mut scratch) = (BytesMut::new(), BytesMut::new());
+        for ev in parse_all(&solo).unwrap() {
+            let want = translating.event(&ev, &mut out);
+            assert_eq!(
+                classifying.classify(&ev, &mut scratch),
+                want,
+                "{name}: {ev:?}"
+            );
+            assert!(scratch.is_empty());
+        }
+        assert_eq!(
+            classifying.eof(&mut scratch),
+            translating.eof(&mut out),
+            "{name}"
+        );
+    }
+}

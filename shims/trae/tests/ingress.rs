@@ -302,3 +302,136 @@ fn usage_reported_before_a_cut_still_reaches_the_agent() {
         assert_eq!(names(&agent), ["output", "token_usage", "error"]);
     }
 }
+
+/// Plain content chunks take a scanner path; the same chunks with a
+/// `"usage": null` member (which the ingress ignores) take the `Value`
+/// path. Both must write the same bytes, escapes and held halves included.
+#[test]
+fn plain_content_chunks_are_written_as_the_value_reading_writes_them() {
+    let texts = [
+        json!({"content": "hi"}),
+        json!({"role": "assistant", "content": ""}),
+        json!({"content": "a \"quoted\" line\nand a tab\t, é, \u{2028}, \\ done"}),
+        json!({"reasoning_content": "think", "content": null}),
+        json!({"content": "x", "reasoning_content": "y", "tool_calls": null}),
+        json!({"content": "\u{1}\u{1f}"}),
+    ];
+    let carried = json!({"id":"c","object":"chat.completion.chunk","created":1,"model":"m",
+        "choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}],
+        "x_solo":{"event":"metadata","id":"7","data":{"a":1}}});
+    let held = json!({"id":"c","choices":[{"index":0,"delta":{"content":"half"},"finish_reason":null}],
+        "x_solo":{"id":"8","continues":true}});
+    let mut plain = vec![carried.clone(), held.clone()];
+    plain.extend(texts.iter().map(|d| chunk(d.clone(), Value::Null)));
+    let escaped = chunk(json!({"content": "u"}), Value::Null)
+        .to_string()
+        .replace("\"u\"", "\"\\u0075\\/\"");
+    let slow: Vec<Value> = plain
+        .iter()
+        .map(|c| {
+            let mut c = c.clone();
+            c["usage"] = Value::Null;
+            c
+        })
+        .collect();
+    let run = |lines: &[Value], extra: &str| {
+        let mut bytes = frames(lines);
+        bytes.splice(0..0, extra.bytes());
+        let mut t = ToSolo::new();
+        let mut out = BytesMut::new();
+        for e in parse_all(&bytes).unwrap() {
+            t.event(&e, &mut out);
+        }
+        out
+    };
+    let a = run(&plain, &format!("data: {escaped}\n\n"));
+    let slow_escaped = escaped.replacen('{', "{\"usage\":null,", 1);
+    let b = run(&slow, &format!("data: {slow_escaped}\n\n"));
+    assert_eq!(String::from_utf8_lossy(&a), String::from_utf8_lossy(&b));
+    assert!(names(&a).iter().filter(|n| *n == "output").count() >= 6);
+}
+
+/// A carrier whose data is already written as `serde_json` writes it is
+/// copied; the same carrier with its data spaced out takes the `Value`
+/// path, which writes it compact: both must give the agent the same bytes.
+#[test]
+fn canonical_carriers_are_copied_as_the_value_reading_writes_them() {
+    let datas = [
+        json!({"model": "", "session_id": "s-1", "prompt_completion_id": 0}),
+        json!({"name": "llm_raw_chat_v2", "preprocess_timing": 71, "nested": {"a": [1, -2, true, false, null, "é ✓"]}}),
+        json!({"reasoning_content": "...", "n": 123456789012345678_u64}),
+        json!([]),
+        json!("just a string"),
+    ];
+    let carrier = |event: Value, id: Option<&str>, retry: Option<u64>, data: &str| {
+        let mut x = format!("{{\"event\":{event}");
+        if let Some(id) = id {
+            x.push_str(&format!(",\"id\":\"{id}\""));
+        }
+        if let Some(r) = retry {
+            x.push_str(&format!(",\"retry\":{r}"));
+        }
+        x.push_str(&format!(",\"data\":{data}}}"));
+        format!("{{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"finish_reason\":null}}],\"x_solo\":{x}}}")
+    };
+    let run = |chunks: &[String]| {
+        let mut bytes = Vec::new();
+        for c in chunks {
+            bytes.extend_from_slice(format!("data: {c}\n\n").as_bytes());
+        }
+        let mut t = ToSolo::new();
+        let mut out = BytesMut::new();
+        for e in parse_all(&bytes).unwrap() {
+            t.event(&e, &mut out);
+        }
+        out
+    };
+    let mut fast = Vec::new();
+    let mut slow = Vec::new();
+    for (i, d) in datas.iter().enumerate() {
+        let (event, id, retry) = match i % 3 {
+            0 => (json!("metadata"), Some("7"), None),
+            1 => (json!("timing_cost"), None, Some(1500)),
+            _ => (Value::Null, Some(""), None),
+        };
+        fast.push(carrier(event.clone(), id, retry, &d.to_string()));
+        let spaced = serde_json::to_string_pretty(d).unwrap().replace('\n', " ");
+        slow.push(carrier(event, id, retry, &spaced));
+    }
+    // Held ones (usage and done), written at the end.
+    let usage = json!({"prompt_tokens": 1000, "completion_tokens": 12, "total_tokens": 1012, "reasoning_tokens": 3});
+    let done = json!({"finish_reason": "stop"});
+    for (name, d) in [("token_usage", &usage), ("done", &done)] {
+        fast.push(carrier(json!(name), Some("9"), None, &d.to_string()));
+        let spaced = serde_json::to_string_pretty(d).unwrap().replace('\n', " ");
+        slow.push(carrier(json!(name), Some("9"), None, &spaced));
+    }
+    fast.push("[DONE]".into());
+    slow.push("[DONE]".into());
+    let (a, b) = (run(&fast), run(&slow));
+    assert_eq!(String::from_utf8_lossy(&a), String::from_utf8_lossy(&b));
+    assert_eq!(names(&a).len(), datas.len() + 2);
+    // Data `serde_json` would write otherwise is never copied as it is.
+    for odd in [
+        r#"{"a":1.50}"#,
+        r#"{"a":"\u00e9"}"#,
+        r#"{"a":1,"a":2}"#,
+        r#"{"a":-0}"#,
+        r#"{"a":1e2}"#,
+    ] {
+        let got = run(&[carrier(json!("metadata"), None, None, odd)]);
+        let want: Value = serde_json::from_str(odd).unwrap();
+        let ev = events(&got);
+        assert_eq!(ev[0].1, want, "{odd}");
+        let data = String::from_utf8_lossy(&got)
+            .lines()
+            .find(|l| l.starts_with("data: "))
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            data,
+            format!("data: {}", serde_json::to_string(&want).unwrap()),
+            "{odd}"
+        );
+    }
+}

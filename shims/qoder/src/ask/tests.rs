@@ -368,3 +368,76 @@ fn an_ask_that_is_not_json_is_still_refused_as_not_json() {
     assert!(reason(br#"{"messages":[],1e400:1}"#).contains("not JSON"));
     assert!(reason(br#"{"messages":[],"t":1e400"#).contains("not JSON"));
 }
+
+#[test]
+fn the_shape_is_what_the_fold_would_carry() {
+    let mut no_key = sample_ask();
+    no_key["model_config"] = json!({"key": ""});
+    let mut no_config = sample_ask();
+    no_config.as_object_mut().unwrap().remove("model_config");
+    for ask in [sample_ask(), no_key, no_config] {
+        let bytes = serde_json::to_vec(&ask).unwrap();
+        let want = shimgate_shim_api::answer_shape(&fold(&bytes).unwrap().openai);
+        assert_eq!(shape(&bytes), Some(want));
+    }
+}
+
+#[test]
+fn the_shape_leaves_what_it_is_unsure_of_to_the_fold() {
+    for body in [
+        r#"{"model_config":{"key":"m"}}"#,
+        r#"{"messages":"x"}"#,
+        r#"{"messages":[],"parameters":{"temperature":1e400}}"#,
+        r#"{"m\u0065ssages":[]}"#,
+        "not json",
+    ] {
+        assert_eq!(shape(body.as_bytes()), None, "{body}");
+    }
+}
+
+/// `restore` writes the ask from the original and the OpenAI body as they
+/// are; it must write exactly the bytes of the `rebuild` ask serialised,
+/// members, order and appended ones included.
+#[test]
+fn restore_writes_the_bytes_of_the_rebuilt_ask() {
+    let mut asks = vec![sample_ask()];
+    let mut bare = json!({"messages": [{"role": "user", "content": "hi"}]});
+    asks.push(bare.clone());
+    bare["parameters"] = json!(null);
+    bare["system"] = json!(7);
+    asks.push(bare);
+    let mut other_ids = sample_ask();
+    other_ids["chat_record_id"] = json!("another");
+    asks.push(other_ids);
+    let mut no_params = sample_ask();
+    no_params.as_object_mut().unwrap().remove("parameters");
+    no_params["temperature"] = json!(1.5);
+    asks.push(no_params);
+    let mut raw: Vec<Vec<u8>> = asks
+        .iter()
+        .map(|a| serde_json::to_vec(a).unwrap())
+        .collect();
+    raw.push(br#"{"request_id":"r","messages":[{"role":"user","content":"x"}],"parameters":{"temperature":1e400}}"#.to_vec());
+    for bytes in raw {
+        let folded = fold(&bytes).unwrap();
+        let mut bodies = vec![folded.openai.clone()];
+        if folded.openai.get("tools").is_some() {
+            bodies.push(compressed(&folded.openai));
+        }
+        let mut without = folded.openai.clone();
+        without.as_object_mut().unwrap().remove("tools");
+        without["max_tokens"] = json!(null);
+        without["reasoning_effort"] = json!("none");
+        bodies.push(without);
+        for body in bodies {
+            let want = serde_json::to_vec(&rebuild_with_id(&folded.original, &body, "ID").unwrap())
+                .map(shimgate_shim_api::json::restore_numbers)
+                .unwrap();
+            let got = restore_with_id(&folded.original, &body, "ID").unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(&want)
+            );
+        }
+    }
+}

@@ -724,3 +724,20 @@ fn non_json_body_fuzz_seed_closes_with_one_done() {
         }
     }
 }
+
+#[test]
+fn an_envelope_spelled_with_escaped_keys_is_still_unwrapped() {
+    // Bare frames skip the envelope scan; an escaped key may still spell
+    // `body` or `statusCodeValue`, so such a frame is scanned as before.
+    let inner = r#"{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}"#;
+    let frame = format!("data:{{\"b\\u006fdy\":\"{inner}\",\"st\\u0061tusCodeValue\":200}}\n\n");
+    let run = unwrap_all(frame.as_bytes());
+    assert_eq!(
+        String::from_utf8_lossy(&run.out),
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n"
+    );
+    assert_eq!(run.classes, vec![FrameClass::Content]);
+    // A bare chunk mentioning neither key passes as it is.
+    let bare = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"no envelope\"}}]}\n\n";
+    assert_eq!(unwrap_all(bare.as_bytes()).out, bare.as_bytes());
+}
