@@ -373,6 +373,13 @@ async fn serves(base: &str, said: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Says how many cases of the running test passed (the suite's table in
+/// the closing note comes from `--nocapture`).
+fn passed(total: usize) {
+    let test = std::thread::current().name().unwrap_or("?").to_string();
+    eprintln!("bad input: {test}: {total} cases passed");
+}
+
 /// Runs every case against `base`, then checks the listener still serves;
 /// fails with the list of every case that went wrong.
 async fn run(base: &str, up: &Upstream, cases: Vec<Case>) {
@@ -413,6 +420,7 @@ async fn run(base: &str, up: &Upstream, cases: Vec<Case>) {
         failed.len(),
         failed.join("\n  ")
     );
+    passed(total);
 }
 
 /// The scripted upstream: SOLO on the trae path, envelopes on the qoder
@@ -668,6 +676,7 @@ async fn an_inference_body_the_ingress_cannot_read_passes_through_untouched_as_a
         failed.len(),
         failed.join("\n  ")
     );
+    passed(2 * bodies.len() + 1);
 }
 
 #[tokio::test]
@@ -1525,6 +1534,7 @@ async fn garbage_upstreams_are_classified_and_the_next_route_answers_in_the_agen
         failed.len(),
         failed.join("\n  ")
     );
+    passed(total);
 }
 
 #[tokio::test]
@@ -1675,6 +1685,7 @@ async fn a_garbage_or_missing_proxy_falls_back_with_the_direct_answer_only() {
         failed.len(),
         failed.join("\n  ")
     );
+    passed(total);
 }
 
 // ---------------------------------------------------------------------
@@ -1826,6 +1837,7 @@ async fn pass_through_answers_reach_the_client_as_sent_and_a_written_post_is_nev
         failed.len(),
         failed.join("\n  ")
     );
+    passed(total);
 }
 
 // ---------------------------------------------------------------------
