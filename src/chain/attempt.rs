@@ -288,6 +288,12 @@ async fn error_answer(parts: http::response::Parts, body: Incoming, idle: Durati
     } else {
         policy::retry_after(&parts.headers)
     };
+    failed_whole(failure, parts, bytes)
+}
+
+/// A failed attempt whose answer is kept whole (hop-by-hop headers
+/// dropped), for a client that gets the upstream's own answer.
+fn failed_whole(failure: Failure, parts: http::response::Parts, body: Bytes) -> PreCommit {
     let mut headers = parts.headers;
     headers::strip_hop_by_hop(&mut headers);
     PreCommit::Failed {
@@ -295,7 +301,7 @@ async fn error_answer(parts: http::response::Parts, body: Incoming, idle: Durati
         verbatim: Some(Verbatim {
             status: parts.status,
             headers,
-            body: bytes,
+            body,
         }),
         held: None,
         unsent: false,
@@ -322,18 +328,7 @@ async fn not_a_stream(parts: http::response::Parts, body: Incoming, idle: Durati
         ),
     )
     .with_status(parts.status.as_u16());
-    let mut headers = parts.headers;
-    headers::strip_hop_by_hop(&mut headers);
-    PreCommit::Failed {
-        failure,
-        verbatim: Some(Verbatim {
-            status: parts.status,
-            headers,
-            body: bytes,
-        }),
-        held: None,
-        unsent: false,
-    }
+    failed_whole(failure, parts, bytes)
 }
 
 /// Reads an SSE answer, holding its frames back, until the first content
