@@ -465,13 +465,7 @@ async fn proxied(up: &Upstream, extra: &str) -> Proxied {
     let (gate, proxy) = Gate::behind_proxy(&config(up, extra), "trae", Options::default()).await;
     let resp = infer(&gate.trae).await;
     assert_eq!(shimgate_testkit::trae::digest(&resp.body).text, FINE);
-    let resp = client::send(
-        Method::POST,
-        &format!("{}{}", gate.qoder, qoder::PATH),
-        &[("content-type", "application/json")],
-        serde_json::to_vec(&qoder::ask(&[json!({"role": "user", "content": "hi"})])).unwrap(),
-    )
-    .await;
+    let resp = qoder::send_hi(&gate.qoder).await;
     assert_eq!(qoder::read_answer(&resp.body).0, FINE);
     let st = gate.status().await;
     let rid = |shim: &str| {
@@ -1504,13 +1498,7 @@ async fn garbage_upstreams_are_classified_and_the_next_route_answers_in_the_agen
                 route["reason"].as_str().unwrap().len()
             ));
         }
-        let qresp = client::send(
-            Method::POST,
-            &format!("{}{}", gate.qoder, qoder::PATH),
-            &[("content-type", "application/json")],
-            serde_json::to_vec(&qoder::ask(&[json!({"role": "user", "content": "hi"})])).unwrap(),
-        )
-        .await;
+        let qresp = qoder::send_hi(&gate.qoder).await;
         match qoder::read(&qresp.body) {
             Ok(r) if r.text == FINE && r.dones == 1 && r.errors.is_empty() => {}
             other => problems.push(format!("qoder agent got {} {other:?}", qresp.status)),
@@ -1648,13 +1636,7 @@ async fn a_garbage_or_missing_proxy_falls_back_with_the_direct_answer_only() {
                 "part of the proxy's answer reached the agent: {text}"
             ));
         }
-        let qresp = client::send(
-            Method::POST,
-            &format!("{}{}", gate.qoder, qoder::PATH),
-            &[("content-type", "application/json")],
-            serde_json::to_vec(&qoder::ask(&[json!({"role": "user", "content": "hi"})])).unwrap(),
-        )
-        .await;
+        let qresp = qoder::send_hi(&gate.qoder).await;
         match qoder::read(&qresp.body) {
             Ok(r) if r.text == FINE && r.dones == 1 && r.errors.is_empty() => {}
             other => problems.push(format!("qoder agent got {} {other:?}", qresp.status)),

@@ -5,7 +5,6 @@
 //! the proxy's answer.
 
 use http::{Method, StatusCode};
-use serde_json::json;
 
 use crate::support::client;
 use crate::support::proxy::{Misbehave, Options};
@@ -58,13 +57,7 @@ async fn a_proxy_answering_without_the_return_leg_falls_back_on_both_wires() {
             up.url()
         );
         let (gate, _p) = Gate::behind_proxy(&base, "qoder", bad(m)).await;
-        let resp = client::send(
-            Method::POST,
-            &format!("{}{}", gate.qoder, qoder::PATH),
-            &[("content-type", "application/json")],
-            serde_json::to_vec(&qoder::ask(&[json!({"role": "user", "content": "hi"})])).unwrap(),
-        )
-        .await;
+        let resp = qoder::send_hi(&gate.qoder).await;
         let (text, done, errors) = qoder::read_answer(&resp.body);
         assert_eq!(
             (text.as_str(), done, errors.len()),

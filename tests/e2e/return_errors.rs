@@ -130,13 +130,7 @@ async fn a_qoder_http_400_too_long_is_passed_to_the_agent_as_the_upstream_sent_i
         up.url()
     );
     let (gate, proxy) = Gate::behind_proxy(&base, "qoder", Options::default()).await;
-    let resp = client::send(
-        Method::POST,
-        &format!("{}{}", gate.qoder, qoder::PATH),
-        &[("content-type", "application/json")],
-        serde_json::to_vec(&qoder::ask(&[json!({"role": "user", "content": "hi"})])).unwrap(),
-    )
-    .await;
+    let resp = qoder::send_hi(&gate.qoder).await;
     assert_eq!(resp.status, StatusCode::BAD_REQUEST);
     assert_eq!(
         resp.text(),
@@ -168,13 +162,7 @@ async fn a_qoder_in_band_error_reaches_the_agent_as_its_error_frame() {
         up.url()
     );
     let (gate, proxy) = Gate::behind_proxy(&base, "qoder", Options::default()).await;
-    let resp = client::send(
-        Method::POST,
-        &format!("{}{}", gate.qoder, qoder::PATH),
-        &[("content-type", "application/json")],
-        serde_json::to_vec(&qoder::ask(&[json!({"role": "user", "content": "hi"})])).unwrap(),
-    )
-    .await;
+    let resp = qoder::send_hi(&gate.qoder).await;
     assert_eq!(resp.status, StatusCode::OK);
     let (text, done, errors) = qoder::read_answer(&resp.body);
     assert_eq!(
