@@ -232,7 +232,7 @@ async fn keep_alive(addr: SocketAddr, give_up: Duration) -> Fate {
         };
     };
     let _ = s
-        .write_all(b"GET /status HTTP/1.1\r\nhost: idle\r\n\r\n")
+        .write_all(b"GET /status HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
         .await;
     // Read the whole answer (content-length), then idle.
     let mut got = Vec::new();

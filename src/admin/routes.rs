@@ -5,13 +5,13 @@
 //! (`{"route": null}` unpins). Each answers 200 with the shim's new
 //! effective order (reset: every shim's); an unknown shim or route is 404
 //! naming it. What they set is kept in the route state file.
+//! `POST /routes/{shim}/{route}/restore` clears one route's cooldown and
+//! breaker (never a hand disable: that is the user's choice).
 //!
-//! Only from loopback peers, whatever the listener allows: they change
-//! what every agent's next call does.
+//! They change what every agent's next call does, so they sit behind the
+//! admin trust rules (`admin::trust`).
 
-use std::net::IpAddr;
-
-use http::{Method, Response, StatusCode};
+use http::{Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
@@ -31,14 +31,12 @@ pub enum Control {
     Reset,
     Disable { shim: String, route: String },
     Enable { shim: String, route: String },
+    Restore { shim: String, route: String },
     Pin { shim: String },
 }
 
-/// The control a request is, or `None` when it is not one.
-pub fn parse(method: &Method, path: &str) -> Option<Control> {
-    if method != Method::POST {
-        return None;
-    }
+/// The control a path names, or `None` when it names none.
+pub fn parse(path: &str) -> Option<Control> {
     let rest = path.strip_prefix("/routes/")?;
     let parts: Vec<String> = rest.split('/').map(percent_decode).collect();
     match parts.as_slice() {
@@ -52,25 +50,16 @@ pub fn parse(method: &Method, path: &str) -> Option<Control> {
             shim: shim.clone(),
             route: route.clone(),
         }),
+        [shim, route, verb] if verb == "restore" => Some(Control::Restore {
+            shim: shim.clone(),
+            route: route.clone(),
+        }),
         _ => None,
     }
 }
 
-/// The refusal of a control from `peer`, unless it is on loopback.
-pub fn refuse_remote(peer: IpAddr) -> Option<Response<Body>> {
-    (!peer.is_loopback()).then(|| {
-        body::error_response(
-            ErrorCode::NotLoopback,
-            &format!("route controls answer loopback peers only, not {peer}"),
-        )
-    })
-}
-
 /// Carries a control out.
-pub async fn handle(app: &App, control: Control, body: Incoming, peer: IpAddr) -> Response<Body> {
-    if let Some(refused) = refuse_remote(peer) {
-        return refused;
-    }
+pub async fn handle(app: &App, control: Control, body: Incoming) -> Response<Body> {
     let config = app.config();
     let (shim, route) = match &control {
         Control::Reset => {
@@ -78,9 +67,9 @@ pub async fn handle(app: &App, control: Control, body: Incoming, peer: IpAddr) -
             tracing::info!("route cooldowns and breakers reset (POST /routes/reset)");
             return body::json_response(StatusCode::OK, &all_effective(app, &config));
         }
-        Control::Disable { shim, route } | Control::Enable { shim, route } => {
-            (shim.as_str(), Some(route.clone()))
-        }
+        Control::Disable { shim, route }
+        | Control::Enable { shim, route }
+        | Control::Restore { shim, route } => (shim.as_str(), Some(route.clone())),
         Control::Pin { shim } => {
             let bytes = match read_body(body, None, PIN_BODY_LIMIT).await {
                 Ok(b) => b,
@@ -115,6 +104,7 @@ pub async fn handle(app: &App, control: Control, body: Incoming, peer: IpAddr) -
     match (&control, route.as_deref()) {
         (Control::Disable { .. }, Some(r)) => app.chain.set_disabled(s.name, r, true),
         (Control::Enable { .. }, Some(r)) => app.chain.set_disabled(s.name, r, false),
+        (Control::Restore { .. }, Some(r)) => app.chain.restore_route(s.name, r),
         (Control::Pin { .. }, r) => app.chain.pin(s.name, r),
         _ => {}
     }
@@ -162,7 +152,7 @@ fn pin_target(bytes: &[u8]) -> Result<Option<String>, String> {
 
 /// `%XX` escapes decoded (a route name may hold any character); a bad
 /// escape is kept as written.
-fn percent_decode(segment: &str) -> String {
+pub fn percent_decode(segment: &str) -> String {
     let bytes = segment.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -191,32 +181,37 @@ mod tests {
 
     #[test]
     fn paths_name_their_control() {
-        let post = Method::POST;
-        assert_eq!(parse(&post, "/routes/reset"), Some(Control::Reset));
+        assert_eq!(parse("/routes/reset"), Some(Control::Reset));
         assert_eq!(
-            parse(&post, "/routes/trae/pin"),
+            parse("/routes/trae/pin"),
             Some(Control::Pin {
                 shim: "trae".into()
             })
         );
         assert_eq!(
-            parse(&post, "/routes/trae/a%20b%2Fc/disable"),
+            parse("/routes/trae/a%20b%2Fc/disable"),
             Some(Control::Disable {
                 shim: "trae".into(),
                 route: "a b/c".into()
             })
         );
         assert_eq!(
-            parse(&post, "/routes/qoder/pin/enable"),
+            parse("/routes/qoder/pin/enable"),
             Some(Control::Enable {
                 shim: "qoder".into(),
                 route: "pin".into()
             })
         );
-        assert_eq!(parse(&Method::GET, "/routes/reset"), None);
-        assert_eq!(parse(&post, "/routes/trae/a/b/disable"), None);
-        assert_eq!(parse(&post, "/routes"), None);
-        assert_eq!(parse(&post, "/api/routes/reset"), None);
+        assert_eq!(
+            parse("/routes/trae/a/restore"),
+            Some(Control::Restore {
+                shim: "trae".into(),
+                route: "a".into()
+            })
+        );
+        assert_eq!(parse("/routes/trae/a/b/disable"), None);
+        assert_eq!(parse("/routes"), None);
+        assert_eq!(parse("/api/routes/reset"), None);
     }
 
     #[test]
@@ -226,17 +221,6 @@ mod tests {
         assert!(pin_target(br#"{"route":3}"#).is_err());
         assert!(pin_target(b"{}").is_err());
         assert!(pin_target(b"nope").is_err());
-    }
-
-    #[test]
-    fn controls_answer_loopback_peers_only() {
-        for local in ["127.0.0.1", "127.8.9.1", "::1"] {
-            assert!(refuse_remote(local.parse().unwrap()).is_none(), "{local}");
-        }
-        for remote in ["10.0.0.7", "192.0.2.1", "2001:db8::1"] {
-            let r = refuse_remote(remote.parse().unwrap()).unwrap();
-            assert_eq!(r.status(), StatusCode::FORBIDDEN, "{remote}");
-        }
     }
 
     #[test]

@@ -9,12 +9,13 @@
 //! shimgate-<shim>-<HMAC-SHA256 of the agent's identity header>`, keyed by
 //! a random key kept in the state dir (`proxy-identity.key`).
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use hmac::{Hmac, Mac};
 use http::HeaderMap;
 use sha2::Sha256;
+
+use super::secret_file;
 
 /// The key file's name inside the state dir.
 pub const KEY_FILE: &str = "proxy-identity.key";
@@ -40,7 +41,7 @@ impl ProxyIdentity {
     /// starts new sessions after a restart, nothing else breaks.
     pub fn load_or_create(dir: &Path) -> ProxyIdentity {
         let file = dir.join(KEY_FILE);
-        match read_key(&file).or_else(|_| write_key(dir, &file)) {
+        match read_key(&file).or_else(|_| write_key(&file)) {
             Ok(key) => ProxyIdentity {
                 key,
                 file: Some(file),
@@ -53,7 +54,7 @@ impl ProxyIdentity {
                 );
                 tracing::warn!("{problem}");
                 ProxyIdentity {
-                    key: random_key().unwrap_or([7; 32]),
+                    key: secret_file::random_bytes().unwrap_or([7; 32]),
                     file: None,
                     problem: Some(problem),
                 }
@@ -127,28 +128,9 @@ fn parse_hex_key(text: &str) -> Option<[u8; 32]> {
 
 /// Writes a fresh key readable by its owner only. An existing but unreadable
 /// file is replaced (it held no usable key).
-fn write_key(dir: &Path, file: &Path) -> std::io::Result<[u8; 32]> {
-    std::fs::create_dir_all(dir)?;
-    let key = random_key()?;
-    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
-    let tmp = dir.join(format!("{KEY_FILE}.{}.tmp", std::process::id()));
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        options.mode(0o600);
-    }
-    let mut f = options.open(&tmp)?;
-    f.write_all(format!("{hex}\n").as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, file)?;
-    Ok(key)
-}
-
-fn random_key() -> std::io::Result<[u8; 32]> {
-    let mut key = [0u8; 32];
-    getrandom::getrandom(&mut key).map_err(|e| std::io::Error::other(e.to_string()))?;
+fn write_key(file: &Path) -> std::io::Result<[u8; 32]> {
+    let key = secret_file::random_bytes()?;
+    secret_file::write(file, &secret_file::hex(&key))?;
     Ok(key)
 }
 

@@ -2,10 +2,12 @@
 //! reload), the upstream client, the chain's memory, the rid registry, the
 //! proxy identity, and per-shim status.
 
+pub mod admin;
 pub mod exchange;
 pub mod identity;
 pub mod rid;
 pub mod route_store;
+pub mod secret_file;
 pub mod stats;
 
 use std::collections::BTreeMap;
@@ -56,6 +58,8 @@ pub struct App {
     pub identity: ProxyIdentity,
     /// `routes.json`: what the chain learnt, kept across restarts.
     pub route_file: Arc<RouteStore>,
+    /// The admin surface's token and refusal counts (DESIGN §7).
+    pub admin: admin::AdminState,
 }
 
 impl App {
@@ -65,6 +69,7 @@ impl App {
         let identity = ProxyIdentity::load_or_create(&config.state_dir);
         let chain = Arc::new(ChainState::new());
         let route_file = Arc::new(RouteStore::open(&config, &chain, Now::system()));
+        let admin = admin::AdminState::for_config(&config);
         Arc::new(App {
             live: RwLock::new(Arc::new(Live {
                 config: Arc::new(config),
@@ -80,6 +85,7 @@ impl App {
             rids: RidRegistry::default(),
             identity,
             route_file,
+            admin,
         })
     }
 

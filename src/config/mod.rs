@@ -66,6 +66,9 @@ pub const DEFAULT_CLIENT_IDLE_TIMEOUT_MS: u64 = 120_000;
 /// Open client connections per listener at most; beyond it a new one gets
 /// `503` at once (1,024: an agent opens a handful).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// The admin token's file name in the state dir (`[admin] token_file`
+/// unset).
+pub const DEFAULT_ADMIN_TOKEN_FILE: &str = "admin.token";
 /// The file `serve` reads when no `--config` is given.
 pub const DEFAULT_CONFIG_FILE: &str = "shimgate.toml";
 /// Backoff delays are capped here whatever the config says (1 h): a larger
@@ -237,6 +240,16 @@ impl Default for ClientLimits {
     }
 }
 
+/// `[admin]` (DESIGN §7): the admin surface's trust settings.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AdminConfig {
+    /// `Host` names (lowercase, optionally with `:port`) the admin surface
+    /// answers besides the loopback ones.
+    pub allowed_hosts: Vec<String>,
+    /// `token_file`; `None`: `admin.token` in the state dir.
+    pub token_file: Option<PathBuf>,
+}
+
 /// How the qoder shim turns a rebuilt ask into an upstream request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Codec {
@@ -326,6 +339,7 @@ pub struct Config {
     /// `[state] ttl_ms`: how old `routes.json` may be when read at start;
     /// zero = no route state file at all.
     pub state_ttl: Duration,
+    pub admin: AdminConfig,
     /// Every registered shim's section, in registry order.
     pub shims: Vec<ShimConfig>,
 }
@@ -365,6 +379,7 @@ impl Default for Config {
             client: ClientLimits::default(),
             state_dir: default_state_dir(),
             state_ttl: Duration::from_millis(DEFAULT_STATE_TTL_MS),
+            admin: AdminConfig::default(),
             shims: registry::facts().iter().map(ShimConfig::of).collect(),
         }
     }
@@ -387,6 +402,14 @@ impl Config {
     /// The config of one shim by name, to change.
     pub fn shim_mut(&mut self, name: &str) -> Option<&mut ShimConfig> {
         self.shims.iter_mut().find(|s| s.name == name)
+    }
+
+    /// The file the admin token of `allow_remote` listeners is kept in.
+    pub fn admin_token_file(&self) -> PathBuf {
+        self.admin
+            .token_file
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join(DEFAULT_ADMIN_TOKEN_FILE))
     }
 
     /// The compressor URL a shim uses (its own override, else the global one).
@@ -490,6 +513,9 @@ impl Config {
         }
         if let Some(ms) = state.ttl_ms {
             config.state_ttl = Duration::from_millis(ms);
+        }
+        if let Some(a) = raw.admin {
+            config.admin = check_admin(a)?;
         }
         for (name, raw_shim) in raw.shims.unwrap_or_default() {
             let Some(shim) = config.shims.iter_mut().find(|s| s.name == name) else {
@@ -602,6 +628,36 @@ fn apply_ordering(o: raw::RawOrdering, ordering: &mut Ordering) -> Result<(), Co
         ordering.measure_window = positive_ms("ordering.measure_window_ms", ms)?;
     }
     Ok(())
+}
+
+/// `[admin]`: host names as a browser writes them in `Host` (no scheme,
+/// no path), the token file a path.
+fn check_admin(a: raw::RawAdmin) -> Result<AdminConfig, ConfigError> {
+    let mut admin = AdminConfig::default();
+    for (i, host) in a.allowed_hosts.unwrap_or_default().iter().enumerate() {
+        let bad = |why: &str| {
+            ConfigError::at(
+                format!("admin.allowed_hosts[{i}]"),
+                format!("{host:?} {why}"),
+            )
+        };
+        if host.is_empty() || host.contains(['/', '@', ' ']) || host.contains("://") {
+            return Err(bad(
+                "is not a host name as it appears in Host (e.g. \"myhost.lan\" or \"myhost.lan:47001\")",
+            ));
+        }
+        if host.parse::<http::uri::Authority>().is_err() {
+            return Err(bad("is not a host name"));
+        }
+        admin.allowed_hosts.push(host.to_ascii_lowercase());
+    }
+    if let Some(file) = a.token_file {
+        if file.trim().is_empty() {
+            return Err(ConfigError::at("admin.token_file", "must not be empty"));
+        }
+        admin.token_file = Some(expand_home(&file));
+    }
+    Ok(admin)
 }
 
 /// `[breaker]`.

@@ -19,6 +19,7 @@ pub struct RawConfig {
     pub limits: Option<RawLimits>,
     pub state: Option<RawState>,
     pub breaker: Option<RawBreaker>,
+    pub admin: Option<RawAdmin>,
     /// `[shims.NAME]`, one table per shim of the registry.
     pub shims: Option<BTreeMap<String, RawShim>>,
 }
@@ -29,6 +30,14 @@ pub struct RawConfig {
 pub struct RawState {
     pub dir: Option<String>,
     pub ttl_ms: Option<u64>,
+}
+
+/// `[admin]`: who the admin surface answers besides loopback names.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    pub allowed_hosts: Option<Vec<String>>,
+    pub token_file: Option<String>,
 }
 
 /// `[breaker]`.

@@ -230,8 +230,15 @@ pub enum ErrorCode {
     UnknownShim,
     /// A hand control named a route the shim does not have (404).
     UnknownRoute,
-    /// A hand control from a peer that is not on loopback (403).
-    NotLoopback,
+    /// An admin request whose `Host` is not a loopback or allowed name
+    /// (DNS rebinding; 403).
+    ForbiddenHost,
+    /// A state-changing admin request from another origin (403).
+    ForbiddenOrigin,
+    /// An admin request on a remote listener without the admin token (401).
+    Unauthorized,
+    /// A path under the admin surface that names no endpoint (404).
+    NotFound,
 }
 
 impl ErrorCode {
@@ -251,7 +258,10 @@ impl ErrorCode {
             ErrorCode::DemoProviderRefused => "DEMO_PROVIDER_REFUSED",
             ErrorCode::UnknownShim => "UNKNOWN_SHIM",
             ErrorCode::UnknownRoute => "UNKNOWN_ROUTE",
-            ErrorCode::NotLoopback => "NOT_LOOPBACK",
+            ErrorCode::ForbiddenHost => "FORBIDDEN_HOST",
+            ErrorCode::ForbiddenOrigin => "FORBIDDEN_ORIGIN",
+            ErrorCode::Unauthorized => "UNAUTHORIZED",
+            ErrorCode::NotFound => "NOT_FOUND",
         }
     }
 
@@ -264,8 +274,11 @@ impl ErrorCode {
             ErrorCode::RidGone => StatusCode::GONE,
             ErrorCode::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             ErrorCode::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
-            ErrorCode::UnknownShim | ErrorCode::UnknownRoute => StatusCode::NOT_FOUND,
-            ErrorCode::NotLoopback => StatusCode::FORBIDDEN,
+            ErrorCode::UnknownShim | ErrorCode::UnknownRoute | ErrorCode::NotFound => {
+                StatusCode::NOT_FOUND
+            }
+            ErrorCode::ForbiddenHost | ErrorCode::ForbiddenOrigin => StatusCode::FORBIDDEN,
+            ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
             ErrorCode::CompressorFailed
             | ErrorCode::UpstreamUnreachable
             | ErrorCode::NoRoutes

@@ -1,8 +1,8 @@
-//! Request dispatch on a shim listener: the admin endpoints, then the
+//! Request dispatch on a shim listener: the admin surface (answered by
+//! shimgate itself behind the trust rules, whatever the method), then the
 //! return legs (any shim's, on every listener), then the shim's own
 //! inference path, then pass-through of everything else through the chain.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use http::{Request, Response};
@@ -15,23 +15,20 @@ use crate::http::body::ErrorCode;
 use crate::http::body::{self, Body};
 use crate::http::read::{content_length, read_body};
 
-/// Handles one request on the listener of `shim`, from `peer`.
+/// Handles one request on the listener of `shim`.
 pub async fn handle(
     app: Arc<App>,
     shims: Arc<Shims>,
     shim: &'static str,
-    peer: IpAddr,
+    listener: admin::Listener,
     req: Request<Incoming>,
 ) -> Response<Body> {
     if let Some(refused) = not_servable(&req) {
         return refused;
     }
     let path = req.uri().path();
-    if let Some(resp) = admin::handle(&app, &shims, req.method(), path) {
-        return resp;
-    }
-    if let Some(control) = admin::routes::parse(req.method(), path) {
-        return admin::routes::handle(&app, control, req.into_body(), peer).await;
+    if admin::is_admin_path(path) {
+        return admin::serve(&app, &shims, listener, req).await;
     }
     if let Some((name, rid)) = host::return_leg_path(path) {
         if let Some(h) = shims.get(name) {

@@ -109,10 +109,13 @@ pub async fn start(config: Config) -> Running {
                 }
                 let connections =
                     Connections::new(config.client.clone(), tracker.clone(), draining.clone());
+                let trust = crate::admin::Listener {
+                    remote: !addr.ip().is_loopback(),
+                };
                 accept_loops.spawn(accept_loop(
                     app.clone(),
                     shims.clone(),
-                    name,
+                    (name, trust),
                     listener,
                     accepting.clone(),
                     connections,
@@ -164,7 +167,7 @@ fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 async fn accept_loop(
     app: Arc<App>,
     shims: Arc<Shims>,
-    shim: &'static str,
+    (shim, trust): (&'static str, crate::admin::Listener),
     listener: TcpListener,
     accepting: CancellationToken,
     connections: Connections,
@@ -175,7 +178,7 @@ async fn accept_loop(
             _ = accepting.cancelled() => return,
             accepted = listener.accept() => accepted,
         };
-        let (stream, peer) = match accepted {
+        let (stream, _peer) = match accepted {
             Ok(pair) => pair,
             Err(e) => {
                 // Out of file descriptors and the like: back off briefly
@@ -186,9 +189,8 @@ async fn accept_loop(
             }
         };
         let (app, shims) = (app.clone(), shims.clone());
-        let peer = peer.ip();
         connections.serve(stream, move |req| {
-            dispatch::handle(app.clone(), shims.clone(), shim, peer, req)
+            dispatch::handle(app.clone(), shims.clone(), shim, trust, req)
         });
     }
 }

@@ -49,7 +49,7 @@ async fn serve_names_the_config_it_loaded_in_status() {
 fn a_head_sent_too_slowly_is_cut_at_the_header_read_timeout() {
     let (served, _, _dir) = serve("[limits]\nheader_read_timeout_ms = 300\n");
     let mut s = connect(&served.trae);
-    s.write_all(b"GET /status HTTP/1.1\r\nHost: x\r\n").unwrap();
+    s.write_all(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n").unwrap();
     let t0 = Instant::now();
     let answer = read_to_close(&mut s);
     assert!(
@@ -64,7 +64,7 @@ fn a_head_sent_too_slowly_is_cut_at_the_header_read_timeout() {
 fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
     let (served, _, _dir) = serve("[limits]\nclient_idle_timeout_ms = 300\n");
     let mut s = connect(&served.trae);
-    s.write_all(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
+    s.write_all(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .unwrap();
     let answer = read_to_close(&mut s);
     assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
@@ -83,7 +83,7 @@ fn connections_beyond_the_cap_are_refused_at_once_and_service_resumes() {
     std::thread::sleep(Duration::from_millis(100));
     let mut fresh = connect(&served.trae);
     fresh
-        .write_all(b"GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .write_all(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
         .unwrap();
     assert!(read_to_close(&mut fresh).starts_with("HTTP/1.1 200 OK"));
 }
@@ -92,7 +92,7 @@ fn connections_beyond_the_cap_are_refused_at_once_and_service_resumes() {
 fn sigterm_with_nothing_streaming_stops_at_once_even_with_an_idle_connection_open() {
     let (mut served, _, _dir) = serve("");
     let mut s = connect(&served.trae);
-    s.write_all(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
+    s.write_all(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .unwrap();
     let mut buf = [0u8; 64];
     let _ = s.read(&mut buf).unwrap();

@@ -4,6 +4,7 @@
 
 pub mod bili;
 pub mod bin;
+pub mod browser;
 pub mod client;
 pub mod conversation;
 pub mod cosy_check;

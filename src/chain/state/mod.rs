@@ -589,6 +589,17 @@ impl ChainState {
         self.changed.notify_one();
     }
 
+    /// `POST /routes/{shim}/{route}/restore`: the route's cooldown and
+    /// breaker cleared; a hand disable stays (the user's choice).
+    pub fn restore_route(&self, shim: &'static str, route: &str) {
+        let mut inner = self.lock();
+        let rt = inner.route(shim, route);
+        rt.cooldown = None;
+        rt.breaker = Breaker::default();
+        drop(inner);
+        self.changed.notify_one();
+    }
+
     /// `POST /routes/reset`: every cooldown and breaker cleared; pins and
     /// disables (the user's choice) stay.
     pub fn reset(&self) {
