@@ -16,7 +16,7 @@ use crate::support::client;
 use crate::support::conversation::{Conversation, Turn};
 use crate::support::external::{awecompress, headroom, python_with, Peer};
 use crate::support::model::{Model, Wire};
-use crate::support::Gate;
+use crate::support::{print_figures, Gate};
 
 /// What the agent sends each turn.
 #[derive(Clone, Copy)]
@@ -99,9 +99,8 @@ impl Run {
     /// The compression every run must show: each turn intercepted, none
     /// sent directly, `folded` > 0, and the upstream's last request (the
     /// last turn's, sent after any summary call) smaller than what the
-    /// agent sent, in bytes and in content characters. Returns
-    /// `(agent bytes, upstream bytes)` of that last turn.
-    fn assert_compressed(&self) -> (usize, usize) {
+    /// agent sent, in bytes and in content characters.
+    fn assert_compressed(&self) {
         let ctx = || format!("{:#}\n{}", self.shim, self.peer.log());
         assert_eq!(
             self.counter("intercepted"),
@@ -124,26 +123,25 @@ impl Run {
             last.sent_chars,
             ctx()
         );
-        (last.sent_bytes, got)
     }
 
     /// One line of figures for the README's table.
     fn figures(&self, extra: &str) {
         let last = self.turns.last().unwrap();
         let got = self.model.upstream.requests().last().unwrap().body.len();
-        eprintln!(
-            "FIGURES {} {}: turns {}, folded {}, last turn agent sent {} bytes ({} content chars), upstream got {} bytes ({} content chars); intercepted {} forwarded {} sideRequests {}{extra}",
+        let chars = format!(
+            " (content chars {} -> {}){extra}",
+            last.sent_chars,
+            self.model.seen().last().unwrap().chars
+        );
+        print_figures(
             self.peer.name,
             self.name,
             self.turns.len(),
-            self.counter("folded"),
+            &self.shim,
             last.sent_bytes,
-            last.sent_chars,
             got,
-            self.model.seen().last().unwrap().chars,
-            self.counter("intercepted"),
-            self.counter("forwarded"),
-            self.counter("sideRequests"),
+            &chars,
         );
     }
 }
