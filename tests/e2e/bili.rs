@@ -8,7 +8,7 @@
 use crate::support::bili::{self, Bili};
 use crate::support::conversation::{Conversation, Turn};
 use crate::support::model::{Model, Wire};
-use crate::support::Gate;
+use crate::support::{print_figures, Gate};
 
 /// The window bili is given (tokens), as in the measured run.
 const WINDOW: u64 = 16_000;
@@ -94,6 +94,15 @@ async fn the_real_billion_context_compresses_both_wires_through_shimgate() {
     for (name, conv, model) in [("qoder", &q, &s.qoder), ("trae", &t, &s.trae)] {
         let (first, saved) = first_fold(&conv.turns, model);
         eprintln!("{name}: first fold on turn {first:?}, last turn saved {saved} chars");
+        print_figures(
+            "billion-context",
+            name,
+            conv.turns.len(),
+            &st[format!("{name}Shim")],
+            conv.turns.last().unwrap().sent_bytes,
+            model.upstream.requests().last().unwrap().body.len(),
+            "",
+        );
         assert!(
             first.is_some(),
             "{name}: the model never saw a shorter request"

@@ -10,7 +10,7 @@ use crate::support::external::{guardian, python_with, sdk_proxy};
 use crate::support::qoder::{self, read_answer};
 use crate::support::trae;
 use crate::support::upstream::{Reply, Upstream};
-use crate::support::Gate;
+use crate::support::{print_figures, Gate};
 
 fn config(shim: &str, compressor: &str, up: &Upstream) -> shimgate::config::Config {
     let mut cfg = shimgate::config::Config::from_toml(&format!(
@@ -182,9 +182,11 @@ async fn context_guardian_compresses_thirty_qoder_turns() {
         .app
         .replace_config(config("qoder", &g.compressor_url(), &up));
     let mut messages = vec![json!({"role": "system", "content": "You are a coding agent."})];
+    let mut sent = 0;
     for turn in 0..30 {
         messages.push(json!({"role": "user", "content": format!("turn {turn}: {}", "please keep refactoring the module ".repeat(12))}));
         let body = serde_json::to_vec(&qoder::ask(&messages)).unwrap();
+        sent = body.len();
         let resp = client::send(
             Method::POST,
             &format!("{}{}", gate.qoder, qoder::PATH),
@@ -197,6 +199,8 @@ async fn context_guardian_compresses_thirty_qoder_turns() {
         messages.push(json!({"role": "assistant", "content": text}));
     }
     let q = &gate.status().await["qoderShim"];
+    let got = up.requests().last().unwrap().body.len();
+    print_figures("context-guardian", "qoder", 30, q, sent, got, "");
     assert!(q["folded"].as_u64().unwrap() > 0, "{q:#}");
     assert_eq!(q["fallback"], 0, "{q:#}");
     assert!(
@@ -234,6 +238,7 @@ async fn context_guardian_compresses_thirty_trae_turns() {
         .app
         .replace_config(config("trae", &g.compressor_url(), &up));
     let mut messages = vec![trae::text("system", "You are TRAE.")];
+    let mut sent = 0;
     for turn in 0..30 {
         messages.push(trae::text(
             "user",
@@ -243,6 +248,7 @@ async fn context_guardian_compresses_thirty_trae_turns() {
             ),
         ));
         let body = serde_json::to_vec(&trae::body(&messages)).unwrap();
+        sent = body.len();
         let resp = client::send(
             Method::POST,
             &format!("{}{}", gate.trae, trae::PATH),
@@ -261,6 +267,8 @@ async fn context_guardian_compresses_thirty_trae_turns() {
         messages.push(trae::text("assistant", &d.text));
     }
     let t = &gate.status().await["traeShim"];
+    let got = up.requests().last().unwrap().body.len();
+    print_figures("context-guardian", "trae", 30, t, sent, got, "");
     assert!(t["folded"].as_u64().unwrap() > 0, "{t:#}");
     assert_eq!(t["fallback"], 0, "{t:#}");
 }

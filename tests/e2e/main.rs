@@ -15,6 +15,7 @@ mod lifecycle;
 mod openai_shim;
 mod operator;
 mod proxy_failures;
+mod pypi_proxies;
 mod qoder;
 mod qoder_cosy;
 mod return_errors;

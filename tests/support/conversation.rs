@@ -1,7 +1,8 @@
 //! An agent having a long conversation on one wire: every turn it resends
-//! the whole history plus a new user message of about 4,000 characters,
-//! with its conversation header (`x-session-id`), reads the answer in its
-//! own wire and checks it, and appends what it read to the history.
+//! the whole history plus a new user message of about 4,000 characters (or,
+//! in a tool turn, its call of a tool and the tool's output), with its
+//! conversation header (`x-session-id`), reads the answer in its own wire
+//! and checks it, and appends what it read to the history.
 
 use http::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -16,6 +17,8 @@ use super::{cosy_check, qoder, trae};
 pub struct Turn {
     /// Message content characters the agent sent.
     pub sent_chars: usize,
+    /// The size of the request body the agent sent.
+    pub sent_bytes: usize,
     pub status: StatusCode,
     /// The answer text it read.
     pub text: String,
@@ -75,6 +78,32 @@ impl Conversation {
     pub async fn turn(&mut self, base: &str) -> Turn {
         let n = self.turns.len() + 1;
         self.push("user", &filler(n, 4000));
+        self.send(base).await
+    }
+
+    /// Sends one more turn in which the agent hands back a tool's output:
+    /// a short user request, the assistant's call of `tool` and the
+    /// tool's `output` (what an agent sends after running the tool).
+    pub async fn tool_turn(&mut self, base: &str, tool: &str, output: &str) -> Turn {
+        let n = self.turns.len() + 1;
+        self.push(
+            "user",
+            &format!("Step {n}: run `{tool}` again and fix what fails."),
+        );
+        let id = format!("call_{tool}_{n}");
+        match self.wire {
+            Wire::Trae => self
+                .messages
+                .extend(trae::tool_turn(&id, tool, "{}", output)),
+            Wire::Qoder | Wire::OpenAi => self.messages.extend([
+                json!({"role": "assistant", "content": "", "tool_calls": [{"id": id, "type": "function", "function": {"name": tool, "arguments": "{}"}}]}),
+                json!({"role": "tool", "tool_call_id": id, "content": output}),
+            ]),
+        }
+        self.send(base).await
+    }
+
+    async fn send(&mut self, base: &str) -> Turn {
         let sent_chars = content_chars(&self.messages);
         let turn = match self.wire {
             Wire::Trae => self.trae_turn(base, sent_chars).await,
@@ -90,6 +119,8 @@ impl Conversation {
     }
 
     async fn trae_turn(&self, base: &str, sent_chars: usize) -> Turn {
+        let body = serde_json::to_vec(&trae::body(&self.messages)).unwrap();
+        let sent_bytes = body.len();
         let auth = format!("Cloud-IDE-JWT {}", self.credential);
         let resp = client::send(
             Method::POST,
@@ -100,7 +131,7 @@ impl Conversation {
                 ("x-ide-token", &self.credential),
                 ("x-session-id", &self.session),
             ],
-            serde_json::to_vec(&trae::body(&self.messages)).unwrap(),
+            body,
         )
         .await;
         let mut problems = Vec::new();
@@ -122,6 +153,7 @@ impl Conversation {
         };
         Turn {
             sent_chars,
+            sent_bytes,
             status: resp.status,
             text: d.text,
             error,
@@ -149,6 +181,7 @@ impl Conversation {
         } else {
             ask
         };
+        let sent_bytes = body.len();
         let pairs: Vec<(&str, &str)> = headers
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
@@ -167,6 +200,7 @@ impl Conversation {
         }
         Turn {
             sent_chars,
+            sent_bytes,
             status: resp.status,
             text,
             error: errors.into_iter().next(),

@@ -132,6 +132,25 @@ where
     }
 }
 
+/// Prints one line of what a compression proxy did to a conversation, for
+/// README's table of proxies (read with `--nocapture`): the turns, how many
+/// `folded`, the bytes of the agent's last request and of what the upstream
+/// got for it, and the shim's counters (`shim` is its `/status` section).
+pub fn print_figures(
+    proxy: &str,
+    wire: &str,
+    turns: usize,
+    shim: &serde_json::Value,
+    agent_bytes: usize,
+    upstream_bytes: usize,
+    extra: &str,
+) {
+    eprintln!(
+        "FIGURES {proxy} {wire}: turns {turns}, folded {}, last turn agent sent {agent_bytes} bytes, upstream got {upstream_bytes} bytes; intercepted {} forwarded {} sideRequests {}{extra}",
+        shim["folded"], shim["intercepted"], shim["forwarded"], shim["sideRequests"],
+    );
+}
+
 /// The `data:` payloads of an SSE body, in order.
 pub fn sse_data(body: &[u8]) -> Vec<String> {
     shimgate_shim_api::sse::parse_all(body)
