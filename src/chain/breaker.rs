@@ -79,6 +79,7 @@ pub fn counts_against_route(code: FailureCode) -> bool {
             | FailureCode::Codec
             | FailureCode::Duplicate
             | FailureCode::AutoRoutesExhausted
+            | FailureCode::NoActiveRoute
     )
 }
 

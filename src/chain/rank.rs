@@ -18,6 +18,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use crate::chain::window::Standing;
 use crate::config::OrderingMode;
 
 /// Tries a route needs in its window before its score moves it.
@@ -37,6 +38,9 @@ pub struct View {
     pub breaker: BreakerView,
     /// Its record over the measure window.
     pub record: Record,
+    /// Its standing against its `active_hours` / `until` (the user's rule:
+    /// never ignored).
+    pub window: Standing,
 }
 
 /// A breaker as the order sees it.
@@ -89,6 +93,10 @@ pub enum Reason {
     Cooling,
     BreakerOpen,
     Disabled,
+    /// Outside its `active_hours`; `until` = when its next window opens.
+    OffHours,
+    /// Past its `until` day.
+    Expired,
 }
 
 impl Reason {
@@ -101,6 +109,8 @@ impl Reason {
             Reason::Cooling => "cooling",
             Reason::BreakerOpen => "breaker-open",
             Reason::Disabled => "disabled",
+            Reason::OffHours => "off-hours",
+            Reason::Expired => "expired",
         }
     }
 
@@ -108,8 +118,18 @@ impl Reason {
     pub fn skipped(self) -> bool {
         matches!(
             self,
-            Reason::Cooling | Reason::BreakerOpen | Reason::Disabled
+            Reason::Cooling
+                | Reason::BreakerOpen
+                | Reason::Disabled
+                | Reason::OffHours
+                | Reason::Expired
         )
+    }
+
+    /// Whether the user's own rule leaves the route out (a hand disable, a
+    /// window): never ignored, unlike a rest.
+    pub fn by_the_user(self) -> bool {
+        matches!(self, Reason::Disabled | Reason::OffHours | Reason::Expired)
     }
 }
 
@@ -158,7 +178,17 @@ pub fn order(views: &[View], mode: OrderingMode, pinned: Option<usize>) -> Order
             BreakerView::Closed | BreakerView::Probe => None,
         }
     };
-    let live: Vec<usize> = (0..views.len()).filter(|&i| !views[i].disabled).collect();
+    let out = |v: &View| -> Option<(Reason, Option<SystemTime>)> {
+        match v.window {
+            _ if v.disabled => Some((Reason::Disabled, None)),
+            Standing::Open => None,
+            Standing::OffHours(next) => Some((Reason::OffHours, Some(next))),
+            Standing::Expired(ended) => Some((Reason::Expired, Some(ended))),
+        }
+    };
+    let live: Vec<usize> = (0..views.len())
+        .filter(|&i| out(&views[i]).is_none())
+        .collect();
     let mut tried: Vec<usize> = live
         .iter()
         .copied()
@@ -180,11 +210,9 @@ pub fn order(views: &[View], mode: OrderingMode, pinned: Option<usize>) -> Order
         if tried.contains(&i) {
             continue;
         }
-        let (reason, until) = if v.disabled {
-            (Reason::Disabled, None)
-        } else {
-            rest(v).unwrap_or((Reason::Configured, None))
-        };
+        let (reason, until) = out(v)
+            .or_else(|| rest(v))
+            .unwrap_or((Reason::Configured, None));
         entries.push(Placed {
             index: i,
             reason,
@@ -403,6 +431,57 @@ mod tests {
         ];
         let o = order(&views, OrderingMode::Auto, None);
         assert_eq!(o.tried().collect::<Vec<_>>(), [0, 1]);
+    }
+
+    #[test]
+    fn routes_out_of_their_window_are_never_tried_even_when_the_rest_rest() {
+        let views = vec![
+            View {
+                window: Standing::OffHours(until(300)),
+                ..View::default()
+            },
+            View {
+                cooling: Some(until(100)),
+                ..View::default()
+            },
+            View {
+                window: Standing::Expired(until(10)),
+                ..View::default()
+            },
+        ];
+        for mode in [
+            OrderingMode::Auto,
+            OrderingMode::Manual,
+            OrderingMode::Measured,
+        ] {
+            let o = order(&views, mode, Some(0));
+            assert_eq!(
+                o.tried().collect::<Vec<_>>(),
+                [1],
+                "{mode:?}: the cooling one, rests ignored"
+            );
+            let out: Vec<_> = o
+                .entries
+                .iter()
+                .filter(|p| p.index != 1)
+                .map(|p| (p.index, p.reason.as_str(), p.until))
+                .collect();
+            assert_eq!(
+                out,
+                [
+                    (0, "off-hours", Some(until(300))),
+                    (2, "expired", Some(until(10)))
+                ]
+            );
+        }
+        let all_out = vec![views[0], views[2]];
+        let o = order(&all_out, OrderingMode::Auto, None);
+        assert_eq!(
+            o.tried().count(),
+            0,
+            "windows are not ignored when every route is out"
+        );
+        assert!(!o.ignored_rests);
     }
 
     #[test]

@@ -1,12 +1,15 @@
 //! What a call produces: a committed stream, an upstream answer passed on
 //! whole, or the reason nothing could be sent (with the per-route list).
 
+use std::time::SystemTime;
+
 use bytes::Bytes;
 use http::{HeaderMap, Response, StatusCode};
 use serde_json::json;
 use shimgate_shim_api::{Failure, FailureCode};
 
 use super::state::RouteReport;
+use crate::clock::iso8601;
 use crate::http::body::{self, Body, ChannelBody, ErrorCode};
 
 /// What a call produced.
@@ -17,6 +20,8 @@ pub enum ChainResponse {
         headers: HeaderMap,
         body: ChannelBody,
         route: String,
+        /// The first route the call tried, when another one answered.
+        switched_from: Option<String>,
     },
     /// An upstream answer passed on whole (an error that ends the call
     /// without switching, e.g. a context-window 400).
@@ -74,6 +79,12 @@ pub enum ChainError {
     NoRoutes { shim: &'static str },
     /// Every route failed.
     Exhausted { reports: Vec<RouteReport> },
+    /// The user's rules (disables, route windows) leave no route to try:
+    /// each route with why, and when the first window opens again.
+    NoActiveRoute {
+        reports: Vec<RouteReport>,
+        next_opening: Option<SystemTime>,
+    },
     /// shimgate is shutting down.
     ShuttingDown,
     /// The client went away (nobody will read this).
@@ -86,6 +97,7 @@ impl ChainError {
         match self {
             ChainError::NoRoutes { .. } => ErrorCode::NoRoutes.as_str(),
             ChainError::Exhausted { .. } => FailureCode::AutoRoutesExhausted.as_str(),
+            ChainError::NoActiveRoute { .. } => FailureCode::NoActiveRoute.as_str(),
             ChainError::ShuttingDown => ErrorCode::ShuttingDown.as_str(),
             ChainError::Aborted => FailureCode::Aborted.as_str(),
         }
@@ -116,6 +128,20 @@ impl ChainError {
                 }
                 text
             }
+            ChainError::NoActiveRoute {
+                reports,
+                next_opening,
+            } => {
+                let mut text = String::from("no route may be tried now (your rules leave none)");
+                for (i, r) in reports.iter().enumerate() {
+                    let reason = r.reason.as_deref().unwrap_or("?");
+                    text.push_str(&format!("; {}) {} -> {reason}", i + 1, r.route));
+                }
+                if let Some(at) = next_opening {
+                    text.push_str(&format!("; the next window opens at {}", iso8601(*at)));
+                }
+                text
+            }
             ChainError::ShuttingDown => "shimgate is shutting down".to_string(),
             ChainError::Aborted => "the client went away".to_string(),
         }
@@ -125,6 +151,7 @@ impl ChainError {
     pub fn failure(&self) -> Failure {
         let code = match self {
             ChainError::Exhausted { .. } => FailureCode::AutoRoutesExhausted,
+            ChainError::NoActiveRoute { .. } => FailureCode::NoActiveRoute,
             ChainError::Aborted => FailureCode::Aborted,
             ChainError::NoRoutes { .. } | ChainError::ShuttingDown => FailureCode::Server,
         };
@@ -140,21 +167,30 @@ impl ChainError {
     /// The status and JSON document of [`ChainError::into_response`].
     pub fn into_json(self) -> (StatusCode, serde_json::Value) {
         let status = match self {
-            ChainError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            ChainError::ShuttingDown | ChainError::NoActiveRoute { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             _ => StatusCode::BAD_GATEWAY,
         };
         let routes: Vec<_> = match &self {
-            ChainError::Exhausted { reports } => reports.iter().map(RouteReport::to_json).collect(),
+            ChainError::Exhausted { reports } | ChainError::NoActiveRoute { reports, .. } => {
+                reports.iter().map(RouteReport::to_json).collect()
+            }
             _ => Vec::new(),
         };
-        (
-            status,
-            json!({"error": {
-                "code": self.code(),
-                "message": self.message(),
-                "type": "shimgate_error",
-                "routes": routes,
-            }}),
-        )
+        let mut document = json!({"error": {
+            "code": self.code(),
+            "message": self.message(),
+            "type": "shimgate_error",
+            "routes": routes,
+        }});
+        if let ChainError::NoActiveRoute {
+            next_opening: Some(at),
+            ..
+        } = &self
+        {
+            document["error"]["nextOpening"] = json!(iso8601(*at));
+        }
+        (status, document)
     }
 }

@@ -5,6 +5,7 @@
 //! `serde_path_to_error`), then [`Config::from_raw`] checks every value and
 //! fills defaults. Both stages run before any socket is bound.
 
+pub mod edit;
 pub mod raw;
 
 use std::net::SocketAddr;
@@ -285,6 +286,26 @@ pub struct Route {
     /// The model's context window in tokens, when the user knows it: named
     /// in context-overflow errors so the proxy learns the window.
     pub context_tokens: Option<u64>,
+    /// When it may be tried (`active_hours`, `until`; DESIGN §5).
+    pub window: Window,
+}
+
+/// A route's window (DESIGN §5 "Route windows"): the local hours it may be
+/// tried and the last local day. Both empty: always.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Window {
+    /// `(from, to)` local hours, both inclusive; `from > to` crosses
+    /// midnight. Empty: all day.
+    pub hours: Vec<(u8, u8)>,
+    /// The last local day it may be tried.
+    pub until: Option<chrono::NaiveDate>,
+}
+
+impl Window {
+    /// Whether the route is always in its window.
+    pub fn always(&self) -> bool {
+        self.hours.is_empty() && self.until.is_none()
+    }
 }
 
 /// `[shims.NAME]`.
@@ -872,7 +893,42 @@ fn check_route(path: &str, raw: RawRoute) -> Result<Route, ConfigError> {
         max_concurrency: raw.max_concurrency.unwrap_or(0) as usize,
         headers,
         context_tokens: raw.context_tokens,
+        window: window_of(path, raw.active_hours, raw.until)?,
     })
+}
+
+/// `active_hours = ["22-6", "9-12"]` and `until = "2026-12-31"`.
+fn window_of(
+    path: &str,
+    hours: Option<Vec<String>>,
+    until: Option<String>,
+) -> Result<Window, ConfigError> {
+    let mut window = Window::default();
+    for (i, range) in hours.unwrap_or_default().iter().enumerate() {
+        let hour = |h: &str| h.trim().parse::<u8>().ok().filter(|h| *h < 24);
+        let parsed = range
+            .split_once('-')
+            .and_then(|(from, to)| Some((hour(from)?, hour(to)?)));
+        let Some(pair) = parsed else {
+            return Err(ConfigError::at(
+                format!("{path}.active_hours[{i}]"),
+                format!(
+                    "{range:?} is not a range of local hours \"FROM-TO\" (0-23, both ends included, e.g. \"9-12\" or \"22-6\")"
+                ),
+            ));
+        };
+        window.hours.push(pair);
+    }
+    if let Some(day) = until {
+        let parsed = chrono::NaiveDate::parse_from_str(day.trim(), "%Y-%m-%d").map_err(|e| {
+            ConfigError::at(
+                format!("{path}.until"),
+                format!("{day:?} is not a day as YYYY-MM-DD ({e})"),
+            )
+        })?;
+        window.until = Some(parsed);
+    }
+    Ok(window)
 }
 
 #[cfg(test)]

@@ -120,4 +120,6 @@ pub struct RawRoute {
     pub max_concurrency: Option<u32>,
     pub headers: Option<BTreeMap<String, String>>,
     pub context_tokens: Option<u64>,
+    pub active_hours: Option<Vec<String>>,
+    pub until: Option<String>,
 }

@@ -345,3 +345,61 @@ fn bad_learning_keys_name_their_path() {
         assert!(e.starts_with(want), "{toml}: {e}");
     }
 }
+
+#[test]
+fn route_windows_load_and_bad_values_name_their_key() {
+    let base = "[[shims.trae.routes]]\nname = \"a\"\nurl = \"http://x\"\n";
+    let c = Config::from_toml(&format!(
+        "{base}active_hours = [\"22-6\", \"9-12\"]\nuntil = \"2026-12-31\"\n"
+    ))
+    .unwrap();
+    let w = &c.shim("trae").unwrap().routes[0].window;
+    assert_eq!(w.hours, [(22, 6), (9, 12)]);
+    assert_eq!(
+        w.until.map(|d| d.to_string()).as_deref(),
+        Some("2026-12-31")
+    );
+    assert!(Config::from_toml(base)
+        .unwrap()
+        .shim("trae")
+        .unwrap()
+        .routes[0]
+        .window
+        .always());
+    for (value, key) in [
+        (
+            "active_hours = [\"25-3\"]",
+            "shims.trae.routes[0].active_hours[0]",
+        ),
+        (
+            "active_hours = [\"9-12\", \"9\"]",
+            "shims.trae.routes[0].active_hours[1]",
+        ),
+        (
+            "active_hours = [\"a-b\"]",
+            "shims.trae.routes[0].active_hours[0]",
+        ),
+        ("until = \"2026-13-01\"", "shims.trae.routes[0].until"),
+        ("until = \"31.12.2026\"", "shims.trae.routes[0].until"),
+    ] {
+        let e = err(&format!("{base}{value}\n"));
+        assert!(e.starts_with(&format!("{key}: ")), "{value}: {e}");
+    }
+}
+
+#[test]
+fn admin_hosts_and_token_file_load_and_bad_hosts_name_their_index() {
+    let c = Config::from_toml(
+        "[admin]\nallowed_hosts = [\"MyBox.lan\", \"box:8080\"]\ntoken_file = \"/tmp/t\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.admin.allowed_hosts, ["mybox.lan", "box:8080"]);
+    assert_eq!(c.admin_token_file(), std::path::PathBuf::from("/tmp/t"));
+    assert!(Config::default()
+        .admin_token_file()
+        .ends_with("admin.token"));
+    for bad in ["http://box", "box/x", "", "a b"] {
+        let e = err(&format!("[admin]\nallowed_hosts = [\"ok\", \"{bad}\"]\n"));
+        assert!(e.starts_with("admin.allowed_hosts[1]: "), "{bad}: {e}");
+    }
+}

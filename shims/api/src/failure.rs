@@ -38,10 +38,12 @@ pub enum FailureCode {
     Codec,
     /// Every route failed.
     AutoRoutesExhausted,
+    /// The user's rules (disables, route windows) leave no route to try.
+    NoActiveRoute,
 }
 
 /// Every code, for parsing and listing.
-pub const ALL_CODES: [FailureCode; 14] = [
+pub const ALL_CODES: [FailureCode; 15] = [
     FailureCode::EmptyResponse,
     FailureCode::RateLimit,
     FailureCode::Server,
@@ -56,6 +58,7 @@ pub const ALL_CODES: [FailureCode; 14] = [
     FailureCode::Duplicate,
     FailureCode::Codec,
     FailureCode::AutoRoutesExhausted,
+    FailureCode::NoActiveRoute,
 ];
 
 impl FailureCode {
@@ -76,6 +79,7 @@ impl FailureCode {
             FailureCode::Duplicate => "DUPLICATE_REQUEST",
             FailureCode::Codec => "CODEC",
             FailureCode::AutoRoutesExhausted => "AUTO_ROUTES_EXHAUSTED",
+            FailureCode::NoActiveRoute => "NO_ACTIVE_ROUTE",
         }
     }
 
@@ -112,6 +116,9 @@ pub struct Failure {
     pub upstream_code: Option<String>,
     /// How long the upstream asked us to wait (Retry-After and friends).
     pub retry_after: Option<Duration>,
+    /// Where `retry_after` was read (`"Retry-After"`, `"a reset in the
+    /// body"`, …): a quota rest shows its source.
+    pub stated_by: Option<&'static str>,
 }
 
 impl Failure {
@@ -123,6 +130,7 @@ impl Failure {
             status: None,
             upstream_code: None,
             retry_after: None,
+            stated_by: None,
         }
     }
 
@@ -135,6 +143,12 @@ impl Failure {
     /// Sets the wait the upstream asked for.
     pub fn with_retry_after(mut self, wait: Duration) -> Self {
         self.retry_after = Some(wait);
+        self
+    }
+
+    /// Says where the wait was read.
+    pub fn stated_by(mut self, source: &'static str) -> Self {
+        self.stated_by = Some(source);
         self
     }
 

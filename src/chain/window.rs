@@ -1,0 +1,250 @@
+//! Route windows (DESIGN §5, seed 003): whether a route may be tried now,
+//! by the local hours (`active_hours`) and the last local day (`until`)
+//! the user gave it, and when its next window opens.
+//!
+//! Unlike a cooldown this is the user's rule: a route out of its window is
+//! never tried, not even when every other route is out too (the call is
+//! then answered `503 NO_ACTIVE_ROUTE`).
+//!
+//! Pure: the wall clock and the zone are inputs ([`Zone`]).
+
+use std::time::{Duration, SystemTime};
+
+use chrono::{Datelike as _, NaiveDate};
+
+use crate::chain::rest::Zone;
+use crate::config::Window;
+
+const HOUR_MS: i64 = 3_600_000;
+const DAY_MS: i64 = 86_400_000;
+
+/// Where a route stands against its window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Standing {
+    /// It may be tried.
+    #[default]
+    Open,
+    /// Outside its hours; its next window opens then.
+    OffHours(SystemTime),
+    /// Past its last day; that day ended then.
+    Expired(SystemTime),
+}
+
+/// Whether local hour `hour` is in `(from, to)` (both ends included,
+/// `from > to` crossing midnight).
+pub fn hour_in(hour: u8, (from, to): (u8, u8)) -> bool {
+    if from <= to {
+        (from..=to).contains(&hour)
+    } else {
+        hour >= from || hour <= to
+    }
+}
+
+/// The route's standing at `now`.
+pub fn standing(window: &Window, now: SystemTime, zone: Zone) -> Standing {
+    let local = Local::at(now, zone);
+    if let Some(last) = window.until {
+        if local.day() > last {
+            return Standing::Expired(day_end(last, zone));
+        }
+    }
+    let open = |hour: u8| window.hours.is_empty() || window.hours.iter().any(|r| hour_in(hour, *r));
+    if open(local.hour()) {
+        return Standing::Open;
+    }
+    // The next whole local hour that is open (one always is within a day:
+    // every range names at least one hour).
+    let next = (1..=24)
+        .map(|k| local.hour_start() + k * HOUR_MS)
+        .find(|&start| open(hour_of(start)))
+        .unwrap_or(local.hour_start() + DAY_MS);
+    let at = to_instant(next, zone);
+    match window.until {
+        Some(last) if Local::at(at, zone).day() > last => Standing::Expired(day_end(last, zone)),
+        _ => Standing::OffHours(at),
+    }
+}
+
+/// An instant as the local clock reads it (milliseconds since the epoch,
+/// shifted by the zone's offset then).
+#[derive(Debug, Clone, Copy)]
+struct Local(i64);
+
+impl Local {
+    fn at(t: SystemTime, zone: Zone) -> Local {
+        Local(epoch_ms(t) + i64::from(zone.0(t)) * 1000)
+    }
+
+    fn hour(self) -> u8 {
+        hour_of(self.0)
+    }
+
+    fn hour_start(self) -> i64 {
+        self.0.div_euclid(HOUR_MS) * HOUR_MS
+    }
+
+    fn day(self) -> NaiveDate {
+        let days = self.0.div_euclid(DAY_MS);
+        NaiveDate::from_num_days_from_ce_opt(i32::try_from(days + 719_163).unwrap_or(i32::MAX))
+            .unwrap_or(NaiveDate::MAX)
+    }
+}
+
+fn hour_of(local_ms: i64) -> u8 {
+    (local_ms.rem_euclid(DAY_MS) / HOUR_MS) as u8
+}
+
+/// The instant the local clock reads `local_ms` (the offset taken at that
+/// instant, so a daylight-saving change in between is honoured).
+fn to_instant(local_ms: i64, zone: Zone) -> SystemTime {
+    let guess = from_epoch_ms(local_ms);
+    let offset = i64::from(zone.0(guess)) * 1000;
+    from_epoch_ms(local_ms - offset)
+}
+
+/// The local midnight that ends `day`.
+fn day_end(day: NaiveDate, zone: Zone) -> SystemTime {
+    let days = i64::from(day.num_days_from_ce()) - 719_163 + 1;
+    to_instant(days * DAY_MS, zone)
+}
+
+/// The local midnight that began the day `now` is in (tokens and
+/// failures "today" count from it).
+pub fn day_start(now: SystemTime, zone: Zone) -> SystemTime {
+    let local = Local::at(now, zone);
+    to_instant(local.0.div_euclid(DAY_MS) * DAY_MS, zone)
+}
+
+fn epoch_ms(t: SystemTime) -> i64 {
+    match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => d.as_millis() as i64,
+        Err(e) => -(e.duration().as_millis() as i64),
+    }
+}
+
+fn from_epoch_ms(ms: i64) -> SystemTime {
+    if ms >= 0 {
+        SystemTime::UNIX_EPOCH + Duration::from_millis(ms as u64)
+    } else {
+        SystemTime::UNIX_EPOCH - Duration::from_millis(ms.unsigned_abs())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::iso8601;
+
+    /// 2026-12-01T00:00:00Z.
+    const DEC_1: u64 = 1_796_083_200;
+
+    fn at(hh: u64, mm: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(DEC_1 + hh * 3600 + mm * 60)
+    }
+
+    fn window(hours: &[(u8, u8)], until: Option<&str>) -> Window {
+        Window {
+            hours: hours.to_vec(),
+            until: until.map(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").unwrap()),
+        }
+    }
+
+    /// UTC+8, as the seeds' users live.
+    const SHANGHAI: Zone = Zone(|_| 8 * 3600);
+
+    #[test]
+    fn both_ends_of_a_range_are_included() {
+        let r = (9, 12);
+        assert!(!hour_in(8, r));
+        assert!(hour_in(9, r) && hour_in(12, r));
+        assert!(!hour_in(13, r));
+        assert!(hour_in(7, (7, 7)) && !hour_in(8, (7, 7)));
+    }
+
+    #[test]
+    fn a_range_from_a_later_hour_crosses_midnight() {
+        let r = (22, 6);
+        for h in [22, 23, 0, 3, 6] {
+            assert!(hour_in(h, r), "{h}");
+        }
+        for h in [7, 12, 21] {
+            assert!(!hour_in(h, r), "{h}");
+        }
+    }
+
+    #[test]
+    fn no_hours_means_all_day() {
+        for h in [0, 11, 23] {
+            assert_eq!(
+                standing(&window(&[], None), at(h, 30), Zone::UTC),
+                Standing::Open
+            );
+        }
+    }
+
+    #[test]
+    fn off_hours_say_when_the_next_window_opens_in_local_time() {
+        let w = window(&[(22, 6), (9, 12)], None);
+        // 12:59 is in, 13:00 is out until 22:00.
+        assert_eq!(standing(&w, at(12, 59), Zone::UTC), Standing::Open);
+        let Standing::OffHours(next) = standing(&w, at(13, 0), Zone::UTC) else {
+            panic!("out at 13:00");
+        };
+        assert_eq!(iso8601(next), "2026-12-01T22:00:00.000Z");
+        // 07:10 is out until 09:00.
+        let Standing::OffHours(next) = standing(&w, at(7, 10), Zone::UTC) else {
+            panic!("out at 07:10");
+        };
+        assert_eq!(iso8601(next), "2026-12-01T09:00:00.000Z");
+        // In Shanghai 05:00Z is 13:00 local: out until 22:00 local = 14:00Z.
+        let Standing::OffHours(next) = standing(&w, at(5, 0), SHANGHAI) else {
+            panic!("out at 13:00 local");
+        };
+        assert_eq!(iso8601(next), "2026-12-01T14:00:00.000Z");
+    }
+
+    #[test]
+    fn until_is_the_last_local_day_it_may_be_tried() {
+        let w = window(&[], Some("2026-12-01"));
+        assert_eq!(standing(&w, at(23, 59), Zone::UTC), Standing::Open);
+        let Standing::Expired(end) = standing(&w, at(24, 0), Zone::UTC) else {
+            panic!("expired on the 2nd");
+        };
+        assert_eq!(iso8601(end), "2026-12-02T00:00:00.000Z");
+        // 17:00Z on the 1st is already the 2nd in Shanghai.
+        assert!(matches!(
+            standing(&w, at(17, 0), SHANGHAI),
+            Standing::Expired(_)
+        ));
+        assert_eq!(standing(&w, at(15, 0), SHANGHAI), Standing::Open);
+    }
+
+    #[test]
+    fn a_window_that_would_open_after_the_last_day_is_expired() {
+        let w = window(&[(9, 12)], Some("2026-12-01"));
+        assert!(matches!(
+            standing(&w, at(13, 0), Zone::UTC),
+            Standing::Expired(_)
+        ));
+        assert!(matches!(
+            standing(&w, at(8, 0), Zone::UTC),
+            Standing::OffHours(_)
+        ));
+    }
+
+    #[test]
+    fn the_day_starts_at_local_midnight() {
+        assert_eq!(
+            iso8601(day_start(at(13, 5), Zone::UTC)),
+            "2026-12-01T00:00:00.000Z"
+        );
+        assert_eq!(
+            iso8601(day_start(at(13, 5), SHANGHAI)),
+            "2026-11-30T16:00:00.000Z"
+        );
+        assert_eq!(
+            iso8601(day_start(at(17, 0), SHANGHAI)),
+            "2026-12-01T16:00:00.000Z"
+        );
+    }
+}
