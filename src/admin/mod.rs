@@ -9,6 +9,7 @@
 //! local `204` with `Allow`, a wrong method `405`. Nothing under these
 //! prefixes ever reaches an upstream, and no answer grants CORS.
 
+pub mod config_write;
 pub mod metrics;
 pub mod reload;
 pub mod routes;
@@ -57,7 +58,9 @@ pub struct Listener {
 enum Endpoint {
     Status,
     Metrics,
+    Switches,
     Reload,
+    Ordering,
     Control(Control),
 }
 
@@ -68,7 +71,9 @@ impl Endpoint {
         match path {
             "/status" => Some(Endpoint::Status),
             "/metrics" => Some(Endpoint::Metrics),
+            "/switches" => Some(Endpoint::Switches),
             "/reload" => Some(Endpoint::Reload),
+            "/ordering" => Some(Endpoint::Ordering),
             _ => routes::parse(path).map(Endpoint::Control),
         }
     }
@@ -76,8 +81,8 @@ impl Endpoint {
     /// The method it takes (`HEAD` is served as `GET`).
     fn method(&self) -> Method {
         match self {
-            Endpoint::Status | Endpoint::Metrics => Method::GET,
-            Endpoint::Reload | Endpoint::Control(_) => Method::POST,
+            Endpoint::Status | Endpoint::Metrics | Endpoint::Switches => Method::GET,
+            Endpoint::Reload | Endpoint::Ordering | Endpoint::Control(_) => Method::POST,
         }
     }
 }
@@ -163,7 +168,19 @@ async fn answer(app: &App, shims: &Shims, path: &str, req: Request<Incoming>) ->
             );
             resp
         }
+        Endpoint::Switches => {
+            let session = req
+                .uri()
+                .query()
+                .and_then(|q| trust::query_value(q, "session"));
+            let switches = app.chain.switches(session.as_deref());
+            body::json_response(
+                StatusCode::OK,
+                &serde_json::json!({"session": session, "switches": switches}),
+            )
+        }
         Endpoint::Reload => reload::reload(app),
+        Endpoint::Ordering => config_write::mode(app, req.into_body()).await,
         Endpoint::Control(control) => routes::handle(app, control, req.into_body()).await,
     }
 }

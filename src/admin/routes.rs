@@ -29,10 +29,26 @@ const PIN_BODY_LIMIT: u64 = 4096;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Control {
     Reset,
-    Disable { shim: String, route: String },
-    Enable { shim: String, route: String },
-    Restore { shim: String, route: String },
-    Pin { shim: String },
+    Disable {
+        shim: String,
+        route: String,
+    },
+    Enable {
+        shim: String,
+        route: String,
+    },
+    Restore {
+        shim: String,
+        route: String,
+    },
+    Pin {
+        shim: String,
+    },
+    /// `POST /routes/{shim}/order`: the configured order, written to the
+    /// config file (`admin::config_write`).
+    Order {
+        shim: String,
+    },
 }
 
 /// The control a path names, or `None` when it names none.
@@ -42,6 +58,7 @@ pub fn parse(path: &str) -> Option<Control> {
     match parts.as_slice() {
         [reset] if reset == "reset" => Some(Control::Reset),
         [shim, pin] if pin == "pin" => Some(Control::Pin { shim: shim.clone() }),
+        [shim, order] if order == "order" => Some(Control::Order { shim: shim.clone() }),
         [shim, route, verb] if verb == "disable" => Some(Control::Disable {
             shim: shim.clone(),
             route: route.clone(),
@@ -70,6 +87,12 @@ pub async fn handle(app: &App, control: Control, body: Incoming) -> Response<Bod
         Control::Disable { shim, route }
         | Control::Enable { shim, route }
         | Control::Restore { shim, route } => (shim.as_str(), Some(route.clone())),
+        Control::Order { shim } => {
+            return match known_shim(&config, shim) {
+                Some(s) => super::config_write::order(app, s.name, body).await,
+                None => unknown_shim(shim),
+            };
+        }
         Control::Pin { shim } => {
             let bytes = match read_body(body, None, PIN_BODY_LIMIT).await {
                 Ok(b) => b,
@@ -82,11 +105,7 @@ pub async fn handle(app: &App, control: Control, body: Incoming) -> Response<Bod
         }
     };
     let Some(s) = known_shim(&config, shim) else {
-        let known: Vec<_> = registry::names().collect();
-        return body::error_response(
-            ErrorCode::UnknownShim,
-            &format!("unknown shim {shim:?} (known: {})", known.join(", ")),
-        );
+        return unknown_shim(shim);
     };
     if let Some(name) = route.as_deref() {
         if !s.routes.iter().any(|r| r.name == name) {
@@ -115,6 +134,14 @@ pub async fn handle(app: &App, control: Control, body: Incoming) -> Response<Bod
     body::json_response(
         StatusCode::OK,
         &json!({"shim": s.name, "effective": effective}),
+    )
+}
+
+fn unknown_shim(shim: &str) -> Response<Body> {
+    let known: Vec<_> = registry::names().collect();
+    body::error_response(
+        ErrorCode::UnknownShim,
+        &format!("unknown shim {shim:?} (known: {})", known.join(", ")),
     )
 }
 

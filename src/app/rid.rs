@@ -60,6 +60,12 @@ pub struct RidEntry {
     pub encoded: bool,
     /// Return-leg requests seen for this rid.
     pub return_hits: AtomicU32,
+    /// The agent's conversation id (empty: none known).
+    pub conversation: String,
+    /// The route that answered the return leg's last call, and the first
+    /// one it tried when that was another (the agent's answer head names
+    /// them).
+    answered: Mutex<Option<(String, Option<String>)>>,
     state: AtomicU8,
 }
 
@@ -89,8 +95,25 @@ impl RidEntry {
             identity,
             encoded,
             return_hits: AtomicU32::new(0),
+            conversation: String::new(),
+            answered: Mutex::new(None),
             state: AtomicU8::new(OPEN),
         }
+    }
+
+    /// The return leg's call committed on `route` (after a switch from
+    /// `switched_from`).
+    pub fn set_answered(&self, route: &str, switched_from: Option<&str>) {
+        *self.answered.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((route.to_string(), switched_from.map(str::to_owned)));
+    }
+
+    /// The route that answered, and the one it switched from.
+    pub fn answered(&self) -> Option<(String, Option<String>)> {
+        self.answered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The return leg takes the request: from now on the ingress must not

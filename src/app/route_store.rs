@@ -226,7 +226,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let chain = Arc::new(ChainState::new());
         let now = Now::system();
-        chain.cool("trae", "a", Duration::from_secs(60), "QUOTA", now);
+        chain.cool("trae", "a", (Duration::from_secs(60), "test"), "QUOTA", now);
         let store = Arc::new(RouteStore::open(&config(tmp.path(), 60_000), &chain, now));
         assert_eq!(store.status()["atStart"], "absent");
         store.save(&chain).await;

@@ -64,11 +64,28 @@ impl Counter {
     }
 }
 
+/// How often the counters are sampled for the panel's chart.
+pub const HISTORY_EVERY: std::time::Duration = std::time::Duration::from_secs(15);
+/// Samples kept (10 minutes at [`HISTORY_EVERY`]).
+pub const HISTORY_SAMPLES: usize = 40;
+
 /// Status a listener and its shim keep for `/status`.
 #[derive(Debug, Default)]
 pub struct ShimStats {
     inner: Mutex<ShimText>,
     counters: [AtomicU64; Counter::ALL.len()],
+    /// Content characters the proxy took out of the requests it folded.
+    saved: AtomicU64,
+    /// The counters every [`HISTORY_EVERY`], oldest first.
+    history: Mutex<std::collections::VecDeque<Sample>>,
+}
+
+/// The counters at one moment.
+#[derive(Debug, Clone)]
+struct Sample {
+    at: SystemTime,
+    counters: [u64; Counter::ALL.len()],
+    saved: u64,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -93,6 +110,54 @@ impl ShimStats {
     /// A counter's value.
     pub fn get(&self, counter: Counter) -> u64 {
         self.counters[counter as usize].load(Ordering::Relaxed)
+    }
+
+    /// The proxy took `chars` content characters out of a request.
+    pub fn saved(&self, chars: u64) {
+        self.saved.fetch_add(chars, Ordering::Relaxed);
+    }
+
+    /// Content characters saved so far.
+    pub fn chars_saved(&self) -> u64 {
+        self.saved.load(Ordering::Relaxed)
+    }
+
+    /// Takes one sample of the counters for the chart.
+    pub fn sample(&self, at: SystemTime) {
+        let sample = Sample {
+            at,
+            counters: Counter::ALL.map(|c| self.get(c)),
+            saved: self.chars_saved(),
+        };
+        let mut h = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        if h.len() == HISTORY_SAMPLES {
+            h.pop_front();
+        }
+        h.push_back(sample);
+    }
+
+    /// The samples, oldest first, with the counters now as the last one.
+    fn history_json(&self) -> Value {
+        let h = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Sample {
+            at: SystemTime::now(),
+            counters: Counter::ALL.map(|c| self.get(c)),
+            saved: self.chars_saved(),
+        };
+        let samples: Vec<Value> = h
+            .iter()
+            .chain(std::iter::once(&now))
+            .map(|s| {
+                let mut m = serde_json::Map::new();
+                m.insert("at".into(), json!(iso8601(s.at)));
+                for (c, v) in Counter::ALL.iter().zip(s.counters) {
+                    m.insert(c.status_key().into(), json!(v));
+                }
+                m.insert("charsSaved".into(), json!(s.saved));
+                Value::Object(m)
+            })
+            .collect();
+        json!({"everyMs": HISTORY_EVERY.as_millis() as u64, "samples": samples})
     }
 
     /// Whether the listener is up (`/status` `listening`).
@@ -138,6 +203,8 @@ impl ShimStats {
         for c in Counter::ALL {
             m.insert(c.status_key().into(), json!(self.get(c)));
         }
+        m.insert("charsSaved".into(), json!(self.chars_saved()));
+        m.insert("history".into(), self.history_json());
         m.insert("lastError".into(), json!(t.last_error));
         m.insert("lastErrorAt".into(), json!(t.last_error_at.map(iso8601)));
         m.insert("lastAt".into(), json!(t.last_at.map(epoch_ms)));

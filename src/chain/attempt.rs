@@ -14,6 +14,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use shimgate_shim_api::failure::{classify_http, classify_text};
 use shimgate_shim_api::sse::SseParser;
+use shimgate_shim_api::translate::Meter;
 use shimgate_shim_api::{Failure, FailureCode, FrameClass, StreamTranslator};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
@@ -126,11 +127,17 @@ impl Committed {
         }
     }
 
-    /// The response head for the client.
-    pub fn head(&self, route: &str) -> (StatusCode, HeaderMap) {
+    /// The response head for the client: it names the route that
+    /// answered (`x-shimgate-route`) and, after a switch, the first one
+    /// tried (`x-shimgate-switched-from`), so a tool beside the agent can
+    /// say so.
+    pub fn head(&self, route: &str, switched_from: Option<&str>) -> (StatusCode, HeaderMap) {
         let mut h = self.headers.clone();
         if let Ok(v) = HeaderValue::from_str(route) {
-            h.insert("x-shimgate-route", v);
+            h.insert(ROUTE_HEADER, v);
+        }
+        if let Some(v) = switched_from.and_then(|f| HeaderValue::from_str(f).ok()) {
+            h.insert(SWITCHED_FROM_HEADER, v);
         }
         (self.status, h)
     }
@@ -162,8 +169,13 @@ pub async fn relay(
         },
         upstream_time: Duration::ZERO,
     };
-    stream(ctx, idle, committed, tx).await
+    stream(ctx, idle, committed, tx).await.0
 }
+
+/// The answer head's name of the route that answered.
+pub const ROUTE_HEADER: &str = "x-shimgate-route";
+/// The answer head's name of the first route tried, after a switch.
+pub const SWITCHED_FROM_HEADER: &str = "x-shimgate-switched-from";
 
 /// Headers of a translated SSE answer.
 pub fn sse_headers(route: &str) -> HeaderMap {
@@ -174,7 +186,7 @@ pub fn sse_headers(route: &str) -> HeaderMap {
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     if let Ok(v) = HeaderValue::from_str(route) {
-        h.insert("x-shimgate-route", v);
+        h.insert(ROUTE_HEADER, v);
     }
     h
 }
@@ -281,10 +293,13 @@ async fn error_answer(parts: http::response::Parts, body: Incoming, idle: Durati
         // The latest reset the headers or the body state (capped later:
         // `rest::quota_rest`).
         let body = policy::body_reset(&text, std::time::SystemTime::now());
-        match (policy::stated_reset(&parts.headers), body) {
-            (Some(h), Some(b)) => Some(h.max(b)),
-            (h, b) => h.or(b),
-        }
+        let (reset, source) = match (policy::stated_reset(&parts.headers), body) {
+            (Some(h), Some(b)) if b > h => (Some(b), "a reset in the body"),
+            (Some(h), _) => (Some(h), "Retry-After / x-ratelimit-reset"),
+            (None, b) => (b, "a reset in the body"),
+        };
+        failure.stated_by = reset.map(|_| source);
+        reset
     } else {
         policy::retry_after(&parts.headers)
     };
@@ -452,15 +467,18 @@ pub async fn stream(
     idle: Duration,
     committed: Committed,
     tx: &BodyTx,
-) -> Result<(), Failure> {
+) -> (Result<(), Failure>, Meter) {
     match committed.mode {
-        Mode::Raw { body } => stream_raw(ctx, idle, body, tx).await,
+        Mode::Raw { body } => (stream_raw(ctx, idle, body, tx).await, Meter::default()),
         Mode::Sse {
             held,
             parser,
-            translator,
+            mut translator,
             body,
-        } => stream_sse(ctx, idle, (held, parser, translator), body, tx).await,
+        } => {
+            let end = stream_sse(ctx, idle, (held, parser, translator.as_mut()), body, tx).await;
+            (end, translator.meter())
+        }
     }
 }
 
@@ -593,7 +611,7 @@ async fn stream_raw(
 async fn stream_sse(
     ctx: &ChainCtx,
     idle: Duration,
-    (held, mut parser, mut translator): (BytesMut, SseParser, Box<dyn StreamTranslator>),
+    (held, mut parser, translator): (BytesMut, SseParser, &mut dyn StreamTranslator),
     mut body: Incoming,
     tx: &BodyTx,
 ) -> Result<(), Failure> {
@@ -611,7 +629,7 @@ async fn stream_sse(
         idle,
     };
     loop {
-        let end = translate_events(&mut parser, translator.as_mut(), &mut out);
+        let end = translate_events(&mut parser, translator, &mut out);
         // All frames of one upstream read go out as one write.
         if !out.is_empty() && tx.send(Ok(out.split().freeze())).await.is_err() {
             return Err(aborted());
@@ -643,7 +661,7 @@ async fn stream_sse(
                 }
             }
             Ok(None) => {
-                let result = at_eof(translator.as_mut(), &mut out);
+                let result = at_eof(translator, &mut out);
                 if !out.is_empty() && tx.send(Ok(out.split().freeze())).await.is_err() {
                     return Err(aborted());
                 }

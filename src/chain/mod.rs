@@ -24,7 +24,7 @@ mod attempt;
 mod outbound;
 mod response;
 
-pub use attempt::{error_chain, relay, sse_headers};
+pub use attempt::{error_chain, relay, sse_headers, ROUTE_HEADER, SWITCHED_FROM_HEADER};
 pub use outbound::{FixedOutbound, Outbound, OutboundFuture};
 pub use response::{ChainError, ChainResponse};
 pub mod breaker;
@@ -35,6 +35,7 @@ pub mod policy;
 pub mod rank;
 pub mod rest;
 pub mod state;
+pub mod window;
 
 use std::future::Future;
 use std::ops::ControlFlow;
@@ -89,6 +90,9 @@ pub struct CallSpec {
     /// The method is idempotent (not POST or PATCH): a pass-through
     /// request may then be sent again after a failure mid-answer.
     pub idempotent: bool,
+    /// The agent's conversation id (its conversation header or the wire's
+    /// own field; empty when it has none): what a switch is logged under.
+    pub conversation: String,
 }
 
 impl CallSpec {
@@ -119,6 +123,7 @@ impl CallSpec {
             secrets: Secrets::default(),
             passthrough: false,
             idempotent: false,
+            conversation: String::new(),
         }
     }
 }
@@ -274,8 +279,8 @@ async fn drive(ctx: ChainCtx, spec: CallSpec, head_tx: oneshot::Sender<ChainResp
             }));
             call.finish(Outcome::Failed, None);
         } else {
-            // Every route is disabled by hand.
-            call.exhausted();
+            // Disabled by hand or out of their windows: the user's rules.
+            call.no_active_route(&plan.skipped);
         }
         return;
     }
@@ -496,9 +501,14 @@ impl Driver<'_> {
     fn cool(&self, leg: &Leg<'_>, failure: &Failure, decision: &Decision, now: Now) {
         if let Some(rest) = decision.cool {
             let (shim, route) = (self.spec.shim, &leg.route.name);
+            let source = match (failure.retry_after, self.spec.ordering.quota_cooldown_hour) {
+                (Some(_), _) => failure.stated_by.unwrap_or("the upstream's stated reset"),
+                (None, Some(_)) => "the configured rest (to quota_cooldown_hour)",
+                (None, None) => "the configured rest (quota_cooldown_ms)",
+            };
             self.ctx
                 .state
-                .cool(shim, route, rest, &failure.to_string(), now);
+                .cool(shim, route, (rest, source), &failure.to_string(), now);
             warn!(shim, route = %route, rest_ms = rest.as_millis() as u64, "quota exhausted; route cools down");
         }
     }
@@ -553,7 +563,8 @@ impl Driver<'_> {
             self.ctx.state.latency.overhead(shim).observe(overhead);
         }
         let _streaming = self.ctx.state.stream_started();
-        let (status, headers) = committed.head(&leg.route.name);
+        let switched_from = self.switched_from(leg);
+        let (status, headers) = committed.head(&leg.route.name, switched_from.as_deref());
         let (body_tx, body) = ChannelBody::channel();
         committed.release_held(&body_tx);
         let route = leg.route.name.clone();
@@ -562,6 +573,7 @@ impl Driver<'_> {
             headers,
             body,
             route,
+            switched_from,
         }) {
             // Gone at the moment of commit: a ring-log entry but no route
             // report, as the driver has always logged it (the route list of
@@ -576,7 +588,16 @@ impl Driver<'_> {
         self.ctx
             .state
             .answered(shim, &leg.route.name, &self.spec.breaker, Now::system());
-        let end = attempt::stream(self.ctx, self.spec.timeouts.idle, committed, &body_tx).await;
+        let committed_at = Instant::now();
+        let (end, meter) =
+            attempt::stream(self.ctx, self.spec.timeouts.idle, committed, &body_tx).await;
+        self.ctx.state.metered(
+            shim,
+            &leg.route.name,
+            meter,
+            committed_at.elapsed(),
+            Now::system(),
+        );
         let failure = end.err().map(|f| self.spec.secrets.scrub_failure(f));
         self.observe(leg, failure.as_ref(), Some(ttft), Now::system());
         if let Some(f) = failure.as_ref().filter(|f| f.code != FailureCode::Aborted) {
@@ -636,6 +657,48 @@ impl Driver<'_> {
         self.finish(Outcome::Failed, Some(FailureCode::AutoRoutesExhausted));
     }
 
+    /// The first route this call tried, when it is not `leg`'s: the call
+    /// switched, and the switch is logged (DESIGN §5 "Switches by
+    /// conversation") with the failure that made it leave that route.
+    fn switched_from(&self, leg: &Leg<'_>) -> Option<String> {
+        let first = self.reports.iter().find(|r| r.tries > 0)?;
+        if first.route == leg.route.name {
+            return None;
+        }
+        self.ctx.state.switched(state::Switch {
+            at: SystemTime::now(),
+            shim: self.spec.shim,
+            conversation: self.spec.conversation.clone(),
+            from: first.route.clone(),
+            to: leg.route.name.clone(),
+            code: first.code,
+            call: self.call,
+        });
+        Some(first.route.clone())
+    }
+
+    /// The user's rules leave no route: `503 NO_ACTIVE_ROUTE`, each route
+    /// with why, and when the first window opens.
+    fn no_active_route(&mut self, skipped: &[Skipped]) {
+        let next_opening = skipped
+            .iter()
+            .filter(|s| s.reason == rank::Reason::OffHours)
+            .filter_map(|s| s.until)
+            .min();
+        let error = ChainError::NoActiveRoute {
+            reports: self.reports.clone(),
+            next_opening,
+        };
+        warn!(
+            shim = self.spec.shim,
+            kind = self.spec.kind,
+            "{}",
+            error.message()
+        );
+        self.answer(ChainResponse::Failed(error));
+        self.finish(Outcome::Failed, Some(FailureCode::NoActiveRoute));
+    }
+
     /// Hands the head to the caller; `false` when the caller is gone.
     fn answer(&mut self, head: ChainResponse) -> bool {
         self.head_tx.take().is_some_and(|tx| tx.send(head).is_ok())
@@ -686,6 +749,11 @@ impl Driver<'_> {
                     "breaker half-open: another call is probing it".to_string(),
                 ),
                 rank::Reason::BreakerOpen => (None, format!("breaker open until {until}")),
+                rank::Reason::OffHours => (
+                    None,
+                    format!("off-hours: outside its active_hours until {until}"),
+                ),
+                rank::Reason::Expired => (None, format!("expired: its until day ended at {until}")),
                 _ => (None, "disabled by hand (POST /routes/…/enable)".to_string()),
             };
             self.reports.push(skip_report(&s.route.name, code, reason));

@@ -33,7 +33,7 @@ use crate::config::Config;
 use crate::http::body::ErrorCode;
 use crate::http::body::{self, Body, BoxError, ChannelBody};
 use crate::http::headers::{self, Secrets};
-use crate::http::read::{content_length, read_body};
+use crate::http::read::{content_charsgth, read_body};
 
 /// Agent headers passed on to the proxy: only ones that help it keep a
 /// session together (its conversation headers, unchanged). Credentials stay
@@ -89,7 +89,7 @@ pub(super) async fn handle<S: Shim>(
     async move {
         let stats = app.shim_stats(name);
         let live = app.live();
-        let declared = content_length(&req);
+        let declared = content_charsgth(&req);
         let (parts, incoming) = req.into_parts();
         let native = match read_body(incoming, declared, live.config.max_body_bytes).await {
             Ok(b) => b,
@@ -137,12 +137,14 @@ pub(super) async fn handle<S: Shim>(
                 return untouched(&app, name, parts, body, received).await;
             }
         };
+        let conversation = super::conversation_of(&host.shim, &parts.headers, &native);
         let agent = Agent {
             native,
             encoded: encoded.is_some(),
             path_and_query,
             headers: parts.headers,
             received,
+            conversation,
         };
         match (compressor, read) {
             (Some(compressor), Read::Folded(folded)) => {
@@ -195,7 +197,7 @@ async fn via_proxy<S: Shim>(
         .identity
         .of(name, host.shim.identity_headers(), &taken.agent.headers);
     let original: Arc<dyn Any + Send + Sync> = taken.original.clone();
-    let entry = app.rids.insert(RidEntry::new(
+    let mut entry = RidEntry::new(
         rid.clone(),
         name,
         &original,
@@ -205,7 +207,9 @@ async fn via_proxy<S: Shim>(
         exchange::summarize(&taken.openai),
         identity.clone(),
         taken.agent.encoded,
-    ));
+    );
+    entry.conversation = taken.agent.conversation.clone();
+    let entry = app.rids.insert(entry);
     let url = proxy_url(compressor, name, &rid);
     let body = Bytes::from(serde_json::to_vec(&*taken.openai).unwrap_or_default());
     let attempt = match Request::post(&url).body(Full::new(body)) {
@@ -328,6 +332,7 @@ async fn relay<S: Shim>(
         host.shim.ingress(original),
         host.rebuild.clone(),
     ));
+    let entry_answered = pin.as_ref().and_then(|e| e.answered());
     let (tx, mut body) = ChannelBody::channel();
     let ctx = app.chain_ctx();
     let idle = config.timeouts.idle;
@@ -349,8 +354,23 @@ async fn relay<S: Shim>(
     }));
     let mut out = Response::new(body::streaming(body));
     *out.headers_mut() = chain::sse_headers("");
-    out.headers_mut().remove("x-shimgate-route");
+    out.headers_mut().remove(chain::ROUTE_HEADER);
+    name_the_route(out.headers_mut(), entry_answered);
     out
+}
+
+/// The route that answered the return leg (and the one it switched
+/// from), in the agent's answer head as a direct answer names them.
+fn name_the_route(headers: &mut HeaderMap, answered: Option<(String, Option<String>)>) {
+    let Some((route, from)) = answered else {
+        return;
+    };
+    if let Ok(v) = HeaderValue::from_str(&route) {
+        headers.insert(chain::ROUTE_HEADER, v);
+    }
+    if let Some(v) = from.and_then(|f| HeaderValue::from_str(&f).ok()) {
+        headers.insert(chain::SWITCHED_FROM_HEADER, v);
+    }
 }
 
 /// Sends the agent's request upstream through the chain as it came, the
@@ -380,6 +400,7 @@ async fn direct<S: Shim>(
     spec.translator = Some(factory);
     spec.housekeeping = housekeeping;
     spec.secrets = secrets;
+    spec.conversation = agent.conversation;
     let resp = chain::call(&app.chain_ctx(), spec).await;
     if let ChainResponse::Failed(e) = &resp {
         app.shim_stats(name).error(e.message());
@@ -410,6 +431,8 @@ struct Agent {
     path_and_query: String,
     headers: HeaderMap,
     received: std::time::Instant,
+    /// Its conversation id ([`super::conversation_of`]).
+    conversation: String,
 }
 
 /// A request the shim cannot read goes upstream byte for byte.

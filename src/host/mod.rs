@@ -224,6 +224,21 @@ impl<S: Shim> ShimHost for Host<S> {
 
 pub use shimgate_shim_api::answer_shape;
 
+/// The agent headers that name its conversation, first found wins
+/// (DESIGN §5 "Switches by conversation").
+pub const CONVERSATION_HEADERS: [&str; 3] = ["x-session-id", "x-acp-session", "session-id"];
+
+/// The agent's conversation id: its first conversation header, else the
+/// wire's own field ([`Shim::conversation`]); empty when neither names one.
+pub fn conversation_of<S: Shim>(shim: &S, headers: &http::HeaderMap, native: &[u8]) -> String {
+    CONVERSATION_HEADERS
+        .iter()
+        .find_map(|n| headers.get(*n)?.to_str().ok().filter(|v| !v.is_empty()))
+        .map(str::to_owned)
+        .or_else(|| shim.conversation(native))
+        .unwrap_or_default()
+}
+
 /// The header that carries the rid to proxies that compress a fixed path.
 pub const RID_HEADER: &str = "x-shimgate-rid";
 /// The query parameter that carries the rid to such proxies.

@@ -26,7 +26,7 @@ use crate::chain::{self, CallSpec, ChainResponse, TranslatorFactory};
 use crate::http::body::ErrorCode;
 use crate::http::body::{self, Body};
 use crate::http::headers::Secrets;
-use crate::http::read::{content_length, read_body};
+use crate::http::read::{content_charsgth, read_body};
 
 /// Whether a return-leg body is a side request: not streamed, or a tiny
 /// `max_tokens` (bili leaves those alone: titles and the like). Side
@@ -123,7 +123,7 @@ async fn take<S: Shim>(
         ));
     }
     let config = app.config();
-    let declared = content_length(&req);
+    let declared = content_charsgth(&req);
     let limit = return_leg_limit(config.max_body_bytes);
     let bytes = read_body(req.into_body(), declared, limit)
         .await
@@ -164,6 +164,7 @@ fn account<S: Shim>(host: &Host<S>, app: &App, rid: &str, t: &Taken<S>) {
         stats.bump(Counter::Compacted);
         if ex.content_shrank() {
             stats.bump(Counter::Folded);
+            stats.saved((ex.before_content - ex.after_content) as u64);
         }
     }
     host.exchanges().push(ex);
@@ -218,7 +219,20 @@ async fn forward<S: Shim>(
     spec.translator = Some(factory);
     spec.housekeeping = housekeeping;
     spec.secrets = secrets.clone();
+    spec.conversation = entry.conversation.clone();
     let resp = chain::call(&app.chain_ctx(), spec).await;
+    if let ChainResponse::Stream {
+        route,
+        switched_from,
+        ..
+    } = &resp
+    {
+        // The agent's answer head names them (a side request, such as a
+        // proxy's summary, is not the agent's answer).
+        if !is_side_request(&t.openai) {
+            entry.set_answered(route, switched_from.as_deref());
+        }
+    }
     match &resp {
         ChainResponse::Failed(e) => stats.error(secrets.scrub(&e.message())),
         ChainResponse::Verbatim {

@@ -65,6 +65,11 @@ impl<R: StreamTranslator, I: StreamTranslator> StreamTranslator for Native<R, I>
     fn fail(&mut self, failure: &Failure, out: &mut BytesMut) {
         self.ing.fail(failure, out);
     }
+
+    /// The return leg's reading: it classified every event.
+    fn meter(&self) -> shimgate_shim_api::translate::Meter {
+        self.ret.meter()
+    }
 }
 
 /// Counters of the ingress rebuild (`/status.<shim>.returnLeg`).

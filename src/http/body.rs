@@ -239,6 +239,9 @@ pub enum ErrorCode {
     Unauthorized,
     /// A path under the admin surface that names no endpoint (404).
     NotFound,
+    /// A write to the config file that cannot be made: no file, a
+    /// read-only one, or one that no longer matches what runs (409).
+    ConfigConflict,
 }
 
 impl ErrorCode {
@@ -262,6 +265,7 @@ impl ErrorCode {
             ErrorCode::ForbiddenOrigin => "FORBIDDEN_ORIGIN",
             ErrorCode::Unauthorized => "UNAUTHORIZED",
             ErrorCode::NotFound => "NOT_FOUND",
+            ErrorCode::ConfigConflict => "CONFIG_CONFLICT",
         }
     }
 
@@ -279,6 +283,7 @@ impl ErrorCode {
             }
             ErrorCode::ForbiddenHost | ErrorCode::ForbiddenOrigin => StatusCode::FORBIDDEN,
             ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
+            ErrorCode::ConfigConflict => StatusCode::CONFLICT,
             ErrorCode::CompressorFailed
             | ErrorCode::UpstreamUnreachable
             | ErrorCode::NoRoutes

@@ -50,7 +50,7 @@ pub async fn read_body(
 }
 
 /// The declared `content-length`, if any.
-pub fn content_length<T>(req: &Request<T>) -> Option<u64> {
+pub fn content_charsgth<T>(req: &Request<T>) -> Option<u64> {
     req.headers()
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
+use crate::app::stats::HISTORY_EVERY;
 use crate::app::App;
 use crate::config::Config;
 use crate::host::{self, Shims};
@@ -43,6 +44,8 @@ pub struct Running {
     draining: CancellationToken,
     /// The route state file's writer (saves once more at shutdown).
     route_writer: tokio::task::JoinHandle<()>,
+    /// Samples the counters for the panel's chart.
+    sampler: tokio::task::JoinHandle<()>,
 }
 
 impl Running {
@@ -80,6 +83,7 @@ impl Running {
             let _ = tokio::time::timeout(FLUSH_AFTER_HARD_STOP, self.connections.wait()).await;
         }
         self.route_writer.abort();
+        self.sampler.abort();
         self.app.route_file.save(&self.app.chain).await;
     }
 }
@@ -129,6 +133,7 @@ pub async fn start(config: Config) -> Running {
         }
     }
     let route_writer = tokio::spawn(app.route_file.clone().writer(app.chain.clone()));
+    let sampler = tokio::spawn(sample_counters(app.clone()));
     if config.compressor.is_none() && config.shims.iter().all(|s| s.compressor.is_none()) {
         info!("no compressor is configured: direct mode (requests go upstream uncompressed)");
     }
@@ -141,6 +146,19 @@ pub async fn start(config: Config) -> Running {
         connections: tracker,
         draining,
         route_writer,
+        sampler,
+    }
+}
+
+/// Samples every shim's counters each [`HISTORY_EVERY`] (the panel's chart).
+async fn sample_counters(app: Arc<App>) {
+    let mut tick = tokio::time::interval(HISTORY_EVERY);
+    loop {
+        tick.tick().await;
+        let now = std::time::SystemTime::now();
+        for name in crate::registry::names() {
+            app.shim_stats(name).sample(now);
+        }
     }
 }
 

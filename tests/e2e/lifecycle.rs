@@ -49,7 +49,8 @@ async fn serve_names_the_config_it_loaded_in_status() {
 fn a_head_sent_too_slowly_is_cut_at_the_header_read_timeout() {
     let (served, _, _dir) = serve("[limits]\nheader_read_timeout_ms = 300\n");
     let mut s = connect(&served.trae);
-    s.write_all(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n").unwrap();
+    s.write_all(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .unwrap();
     let t0 = Instant::now();
     let answer = read_to_close(&mut s);
     assert!(

@@ -103,6 +103,24 @@ pub fn members<'a>(
     Ok(())
 }
 
+/// The value of the top-level string member `key` of the object in
+/// `input`, unescaped; `None` when there is none (or `input` is not an
+/// object). Skips the other members at scanning speed.
+pub fn top_level_string(input: &[u8], key: &str) -> Option<String> {
+    let mut c = Cursor::new(input);
+    c.enter_object()?;
+    let mut first = true;
+    while let Some(k) = c.next_key(&mut first)? {
+        c.peek();
+        let start = c.offset();
+        c.skip_value()?;
+        if !k.escaped && k.raw(input) == key.as_bytes() {
+            return serde_json::from_slice::<String>(input.get(start..c.offset())?).ok();
+        }
+    }
+    None
+}
+
 /// Whether a raw JSON string literal is the empty string `""`.
 pub fn is_empty_string(raw: &[u8]) -> bool {
     raw == b"\"\""
@@ -613,6 +631,19 @@ mod tests {
     fn agrees_with_serde(text: &str) {
         let serde = serde_json::from_str::<serde_json::Value>(text).is_ok();
         assert_eq!(is_valid(text.as_bytes()), serde, "{text:?}");
+    }
+
+    #[test]
+    fn a_top_level_string_is_found_and_nested_ones_are_not() {
+        let body = br#"{"messages":[{"session_id":"inner","content":"say \"session_id\":\"x\""}],"session_id":"s-\u00e9 1","n":1}"#;
+        assert_eq!(
+            top_level_string(body, "session_id").as_deref(),
+            Some("s-\u{e9} 1")
+        );
+        assert_eq!(top_level_string(br#"{"session_id":7}"#, "session_id"), None);
+        assert_eq!(top_level_string(br#"{"a":"b"}"#, "session_id"), None);
+        assert_eq!(top_level_string(b"[1]", "session_id"), None);
+        assert_eq!(top_level_string(br#"{"session_id":"#, "session_id"), None);
     }
 
     #[test]

@@ -145,6 +145,14 @@ pub trait Shim: Send + Sync + 'static {
         false
     }
 
+    /// The conversation the native request belongs to, from the wire's own
+    /// field, for a request whose headers name none (`x-session-id` and
+    /// its kin come first): switches are logged under it. Default: none.
+    fn conversation(&self, native: &[u8]) -> Option<String> {
+        let _ = native;
+        None
+    }
+
     /// The request headers that name the agent, most stable first: the
     /// runtime gives the compression proxy one `Authorization` per agent,
     /// a keyed hash of the first of these the request carries, so the

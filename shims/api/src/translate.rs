@@ -30,6 +30,26 @@ pub enum FrameClass {
     End,
 }
 
+/// What an answer said of its own size, as the translator read it: the
+/// usage the upstream reported and how much content went by (a route's
+/// output speed and tokens today come from it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Meter {
+    /// `usage.prompt_tokens` (or the wire's own name for it), when reported.
+    pub prompt_tokens: Option<u64>,
+    /// `usage.completion_tokens`, when reported.
+    pub completion_tokens: Option<u64>,
+    /// Characters of answer content (text, reasoning and tool-call deltas,
+    /// as their JSON strings or arrays are written), for an upstream that
+    /// reports no usage.
+    pub content_chars: u64,
+}
+
+/// The characters of UTF-8 text (its bytes that start one).
+pub fn chars(utf8: &[u8]) -> u64 {
+    utf8.iter().filter(|b| (**b as i8) >= -0x40).count() as u64
+}
+
 /// Translates one upstream response, frame by frame. One value per attempt,
 /// so state never leaks from a failed attempt into the next.
 pub trait StreamTranslator: Send + 'static {
@@ -66,6 +86,11 @@ pub trait StreamTranslator: Send + 'static {
     /// output wire and end the stream (called once, for failures the
     /// translator did not see itself: resets, timeouts, shutdown).
     fn fail(&mut self, failure: &Failure, out: &mut BytesMut);
+
+    /// What the answer said of its size so far. Default: nothing known.
+    fn meter(&self) -> Meter {
+        Meter::default()
+    }
 }
 
 /// A boxed translator is a translator (the runtime holds them boxed).
@@ -78,8 +103,16 @@ impl<T: StreamTranslator + ?Sized> StreamTranslator for Box<T> {
         (**self).eof(out)
     }
 
+    fn classify(&mut self, event: &SseEvent, scratch: &mut BytesMut) -> FrameClass {
+        (**self).classify(event, scratch)
+    }
+
     fn fail(&mut self, failure: &Failure, out: &mut BytesMut) {
         (**self).fail(failure, out)
+    }
+
+    fn meter(&self) -> Meter {
+        (**self).meter()
     }
 }
 

@@ -3,6 +3,7 @@
 //! and, only when the cursor is unsure, with `serde_json`.
 
 use serde_json::Value;
+use shimgate_shim_api::translate::chars;
 
 use crate::scan::Cursor;
 
@@ -36,6 +37,12 @@ pub(crate) struct ChunkFacts {
     pub finish: bool,
     /// `usage` with no choice in the chunk.
     pub usage_only: bool,
+    /// A non-null `usage` (with or without choices): the meter reads it.
+    pub has_usage: bool,
+    /// Characters of the content strings (and tool-call arrays) as
+    /// written, for the meter (the `serde_json` fallback measures them
+    /// re-written).
+    pub content_chars: usize,
 }
 
 /// Keys seen at the top level of a chunk.
@@ -65,6 +72,7 @@ impl TopKeys {
             };
         }
         facts.usage_only = self.usage && !self.nonempty_choices;
+        facts.has_usage = self.usage;
         Inner::Chunk(facts)
     }
 }
@@ -173,8 +181,20 @@ fn walk_delta(c: &mut Cursor<'_>, facts: &mut ChunkFacts) -> Option<()> {
             return None;
         }
         match key.raw(c.buf()) {
-            b"content" | b"reasoning_content" => facts.content |= c.skip_is_nonempty_string()?,
-            b"tool_calls" => facts.content |= c.skip_is_nonempty_array()?,
+            b"content" | b"reasoning_content" if c.peek()? == b'"' => {
+                let text = c.string()?;
+                facts.content |= !text.is_empty();
+                facts.content_chars += chars(text.raw(c.buf())) as usize;
+            }
+            b"tool_calls" => {
+                c.peek()?;
+                let start = c.offset();
+                let calls = c.skip_is_nonempty_array()?;
+                facts.content |= calls;
+                if calls {
+                    facts.content_chars += chars(c.buf().get(start..c.offset())?) as usize;
+                }
+            }
             _ => c.skip_value()?,
         }
     }
@@ -215,6 +235,18 @@ pub(crate) fn inspect_value(value: &Value) -> Inner {
                     .get("tool_calls")
                     .and_then(Value::as_array)
                     .is_some_and(|calls| !calls.is_empty());
+            for key in ["content", "reasoning_content"] {
+                facts.content_chars += delta
+                    .get(key)
+                    .and_then(Value::as_str)
+                    .map_or(0, |s| s.chars().count());
+            }
+            if let Some(calls) = delta
+                .get("tool_calls")
+                .filter(|c| c.as_array().is_some_and(|a| !a.is_empty()))
+            {
+                facts.content_chars += calls.to_string().chars().count();
+            }
         }
     }
     keys.verdict(facts)
@@ -224,13 +256,26 @@ pub(crate) fn inspect_value(value: &Value) -> Inner {
 mod tests {
     use super::*;
 
+    /// The reading without the meter's figures (which the `serde_json`
+    /// fallback only approximates).
+    fn unmetered(inner: Inner) -> Inner {
+        match inner {
+            Inner::Chunk(f) => Inner::Chunk(ChunkFacts {
+                has_usage: false,
+                content_chars: 0,
+                ..f
+            }),
+            other => other,
+        }
+    }
+
     fn both(json: &str) -> Inner {
-        let fast = inspect_fast(json.as_bytes());
-        let slow = serde_json::from_str::<Value>(json).map(|v| inspect_value(&v));
+        let fast = inspect_fast(json.as_bytes()).map(unmetered);
+        let slow = serde_json::from_str::<Value>(json).map(|v| unmetered(inspect_value(&v)));
         if let (Some(fast), Ok(slow)) = (fast, slow) {
             assert_eq!(fast, slow, "fast and serde readings differ for {json}");
         }
-        inspect(json.as_bytes())
+        unmetered(inspect(json.as_bytes()))
     }
 
     fn chunk(content: bool, finish: bool, usage_only: bool) -> Inner {
@@ -238,7 +283,22 @@ mod tests {
             content,
             finish,
             usage_only,
+            ..ChunkFacts::default()
         })
+    }
+
+    #[test]
+    fn the_meter_reads_content_charsgths_and_usage() {
+        let j = r#"{"choices":[{"delta":{"content":"Hello","reasoning_content":"hm"}}],"usage":{"prompt_tokens":9}}"#;
+        for reading in [
+            inspect_fast(j.as_bytes()),
+            Some(inspect_value(&serde_json::from_str(j).unwrap())),
+        ] {
+            let Some(Inner::Chunk(f)) = reading else {
+                panic!("a chunk");
+            };
+            assert_eq!((f.content_chars, f.has_usage), (7, true));
+        }
     }
 
     #[test]

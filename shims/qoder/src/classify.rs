@@ -178,6 +178,7 @@ impl Found {
         failure.status = status;
         failure.upstream_code = self.code;
         failure.retry_after = self.retry_after;
+        failure.stated_by = self.retry_after.map(|_| "a reset in the body");
         UpstreamError {
             code,
             message,

@@ -110,6 +110,12 @@ impl Shim for QoderShim {
         true
     }
 
+    /// The ask's own `session_id` (the qoder client keeps one per chat).
+    fn conversation(&self, native: &[u8]) -> Option<String> {
+        shimgate_shim_api::json_scan::top_level_string(native, "session_id")
+            .filter(|s| !s.is_empty())
+    }
+
     /// A COSY `Authorization` is signed per request (fresh `requestId`,
     /// date and signature), so the user (`Cosy-User`) names the agent;
     /// a plain credential stands in when there is none.

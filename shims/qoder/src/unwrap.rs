@@ -17,6 +17,7 @@ use std::borrow::Cow;
 use bytes::BytesMut;
 use serde_json::Value;
 use shimgate_shim_api::sse::{SseEvent, DONE_FRAME};
+use shimgate_shim_api::translate::Meter;
 use shimgate_shim_api::{Failure, FrameClass, StreamTranslator};
 
 use crate::chunk::{self, Inner};
@@ -78,6 +79,8 @@ pub(crate) struct Unwrapper {
     finish_seen: bool,
     /// The end or error already written; nothing is written after it.
     terminal: Option<FrameClass>,
+    /// What the answer said of its size.
+    meter: Meter,
 }
 
 impl Unwrapper {
@@ -305,6 +308,10 @@ impl Unwrapper {
             Inner::Empty | Inner::Timing => Verdict::Drop,
             Inner::Error { openai_shaped } => Verdict::Error { openai_shaped },
             Inner::Chunk(facts) => {
+                self.meter.content_chars += facts.content_chars as u64;
+                if facts.has_usage {
+                    read_usage(chunk, &mut self.meter);
+                }
                 if facts.usage_only && self.usage == UsagePolicy::DropUsageOnly {
                     return Verdict::Drop;
                 }
@@ -317,6 +324,17 @@ impl Unwrapper {
             }
         }
     }
+}
+
+/// The token counts of a chunk's `usage` (parsed whole: one chunk an
+/// answer carries it).
+fn read_usage(chunk: &[u8], meter: &mut Meter) {
+    let Ok(v) = serde_json::from_slice::<Value>(chunk) else {
+        return;
+    };
+    let count = |key: &str| v.get("usage")?.get(key)?.as_u64();
+    meter.prompt_tokens = count("prompt_tokens").or(meter.prompt_tokens);
+    meter.completion_tokens = count("completion_tokens").or(meter.completion_tokens);
 }
 
 /// Whether an object frame may be an envelope: one has a `body` or a
@@ -381,6 +399,10 @@ impl QoderReturnLeg {
 impl StreamTranslator for QoderReturnLeg {
     fn event(&mut self, event: &SseEvent, out: &mut BytesMut) -> FrameClass {
         self.core.event(event, out)
+    }
+
+    fn meter(&self) -> Meter {
+        self.core.meter
     }
 
     fn eof(&mut self, out: &mut BytesMut) -> FrameClass {

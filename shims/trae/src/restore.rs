@@ -90,12 +90,12 @@ fn estimate(openai: &Value) -> usize {
     let chars: usize = openai
         .get("messages")
         .and_then(Value::as_array)
-        .map(|m| m.iter().map(content_len).sum())
+        .map(|m| m.iter().map(content_chars).sum())
         .unwrap_or(0);
     chars + chars / 8 + 4096
 }
 
-fn content_len(message: &Value) -> usize {
+fn content_chars(message: &Value) -> usize {
     match message.get("content") {
         Some(Value::String(s)) => s.len() + 64,
         _ => 256,

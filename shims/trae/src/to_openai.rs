@@ -28,6 +28,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use serde_json::Value;
 use shimgate_shim_api::sse::{SseEvent, DONE_FRAME};
+use shimgate_shim_api::translate::{chars, Meter};
 use shimgate_shim_api::{Failure, FailureCode, FrameClass, StreamTranslator};
 
 use crate::classify::{openai_error_type, SoloError};
@@ -47,6 +48,8 @@ pub struct ToOpenAi {
     named_call: bool,
     usage: Option<Vec<u8>>,
     ended: Option<FrameClass>,
+    /// What the answer said of its size.
+    meter: Meter,
 }
 
 impl ToOpenAi {
@@ -84,6 +87,7 @@ impl ToOpenAi {
             named_call: false,
             usage: None,
             ended: None,
+            meter: Meter::default(),
         }
     }
 
@@ -146,6 +150,7 @@ impl ToOpenAi {
             return FrameClass::NotContent;
         };
         self.named_call |= o.tools.iter().any(|t| !t.name.is_empty());
+        self.meter.content_chars += content_chars(&o);
         let mut ext = Ext::default();
         if ev.id != self.last_id {
             ext.key(b"id");
@@ -340,6 +345,25 @@ fn tool_extras(ext: &mut Ext, tools: &[ToolDelta]) {
     ext.buf.put_u8(b']');
 }
 
+/// Characters of an output's content: its text and reasoning strings
+/// (without their quotes) and tool-call argument increments.
+fn content_chars(o: &Output<'_>) -> u64 {
+    let literal = |raw: &[u8]| chars(raw).saturating_sub(2);
+    let args: u64 = o.tools.iter().map(|t| chars(t.arguments.as_bytes())).sum();
+    literal(o.response) + literal(o.reasoning) + args
+}
+
+/// `token_usage`'s counts, under either spelling SOLO uses.
+fn read_usage(data: &[u8], meter: &mut Meter) {
+    let Ok(v) = serde_json::from_slice::<Value>(data) else {
+        return;
+    };
+    let count = |names: [&str; 2]| names.iter().find_map(|n| v.get(*n)?.as_u64());
+    meter.prompt_tokens = count(["prompt_tokens", "input_tokens"]).or(meter.prompt_tokens);
+    meter.completion_tokens =
+        count(["completion_tokens", "output_tokens"]).or(meter.completion_tokens);
+}
+
 fn is_done_marker(ev: &SseEvent) -> bool {
     (ev.event.is_none() || ev.is("message")) && ev.data.trim_ascii() == b"[DONE]"
 }
@@ -365,6 +389,7 @@ impl StreamTranslator for ToOpenAi {
                 if let Some(usage) = openai_usage(&ev.data) {
                     self.usage = Some(usage);
                 }
+                read_usage(&ev.data, &mut self.meter);
                 FrameClass::NotContent
             }
             _ if is_done_marker(ev) => self.finish(None, out),
@@ -384,9 +409,16 @@ impl StreamTranslator for ToOpenAi {
         let class = match ev.event.as_deref().unwrap_or_default() {
             b"output" => {
                 return match Output::parse(&ev.data).filter(Output::is_content) {
-                    Some(_) => FrameClass::Content,
+                    Some(o) => {
+                        self.meter.content_chars += content_chars(&o);
+                        FrameClass::Content
+                    }
                     None => FrameClass::NotContent,
                 }
+            }
+            b"token_usage" => {
+                read_usage(&ev.data, &mut self.meter);
+                return FrameClass::NotContent;
             }
             b"done" => FrameClass::End,
             b"error" => FrameClass::Error(SoloError::parse(&ev.data).failure()),
@@ -395,6 +427,10 @@ impl StreamTranslator for ToOpenAi {
         };
         self.ended = Some(class.clone());
         class
+    }
+
+    fn meter(&self) -> Meter {
+        self.meter
     }
 
     fn eof(&mut self, _out: &mut BytesMut) -> FrameClass {

@@ -10,8 +10,11 @@
 //! What outlives a restart is exported and restored by [`snapshot`];
 //! [`ChainState::changed`] tells the writer when to save.
 
+mod history;
 mod snapshot;
 mod status;
+
+pub use history::{Change, ChangeKind};
 
 pub use snapshot::{RouteFile, RoutesFile, ShimFile, VERSION as SNAPSHOT_VERSION};
 pub use status::RouteMetrics;
@@ -30,6 +33,8 @@ use crate::chain::budget::RetryBudget;
 use crate::chain::decide::Now;
 use crate::chain::latency::Latency;
 use crate::chain::rank::{self, BreakerView, Order, Reason, Record, View};
+use crate::chain::rest::Zone;
+use crate::chain::window::{self, Standing};
 use crate::clock::iso8601;
 use crate::config::{BreakerPolicy, Ordering, OrderingMode, RetryPolicy, Route};
 
@@ -37,6 +42,37 @@ use crate::config::{BreakerPolicy, Ordering, OrderingMode, RetryPolicy, Route};
 pub const RING_CAPACITY: usize = 200;
 /// Calls kept in the grouped view.
 pub const CALLS_CAPACITY: usize = 50;
+/// Switches kept for `GET /switches` (DESIGN §5).
+pub const SWITCHES_CAPACITY: usize = 500;
+
+/// A call answered by another route than the first one it tried.
+#[derive(Debug, Clone)]
+pub struct Switch {
+    pub at: SystemTime,
+    pub shim: &'static str,
+    /// The agent's conversation id (empty: none known).
+    pub conversation: String,
+    pub from: String,
+    pub to: String,
+    /// The failure that made the call leave `from`.
+    pub code: Option<FailureCode>,
+    pub call: u64,
+}
+
+impl Switch {
+    /// One entry of `GET /switches`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "at": iso8601(self.at),
+            "shim": self.shim,
+            "session": self.conversation,
+            "from": self.from,
+            "to": self.to,
+            "class": self.code.map(FailureCode::as_str),
+            "call": self.call,
+        })
+    }
+}
 
 /// One attempt, as logged.
 #[derive(Debug, Clone)]
@@ -170,9 +206,29 @@ struct RouteRuntime {
     budget: Option<RetryBudget>,
     in_flight: Arc<AtomicUsize>,
     stats: RouteStats,
+    /// State changes, today's figures, output speed (the panel's).
+    history: history::History,
 }
 
 impl RouteRuntime {
+    /// Records a breaker move between `before` and the state at `now`.
+    fn breaker_moved(&mut self, before: &'static str, cause: Option<&str>, now: Now) {
+        let after = self.breaker.name(now.mono);
+        if after == before {
+            return;
+        }
+        let (kind, until) = match self.breaker.gate(now.mono) {
+            Gate::Open(until) => (ChangeKind::BreakerOpened, until.map(|u| wall_of(u, now))),
+            Gate::Probe => (ChangeKind::BreakerHalfOpen, None),
+            Gate::Closed => (ChangeKind::BreakerClosed, None),
+        };
+        self.history.change(Change {
+            cause: cause.map(str::to_owned),
+            until,
+            ..Change::plain(kind, now.wall)
+        });
+    }
+
     fn budget(&mut self, now: Instant) -> &mut RetryBudget {
         self.budget.get_or_insert_with(|| RetryBudget::new(now))
     }
@@ -217,7 +273,7 @@ impl RouteRuntime {
         self.cooldown.as_ref()
     }
 
-    fn view(&mut self, ordering: &Ordering, now: Now) -> View {
+    fn view(&mut self, route: &Route, ordering: &Ordering, now: Now) -> View {
         let cooling = self.cooling(now.mono).map(|c| c.until_wall);
         let breaker = match self.breaker.gate(now.mono) {
             Gate::Closed => BreakerView::Closed,
@@ -230,11 +286,17 @@ impl RouteRuntime {
         } else {
             Record::default()
         };
+        let window = if route.window.always() {
+            Standing::Open
+        } else {
+            window::standing(&route.window, now.wall, Zone::LOCAL)
+        };
         View {
             disabled: self.disabled,
             cooling,
             breaker,
             record,
+            window,
         }
     }
 }
@@ -256,6 +318,7 @@ struct Inner {
     shims: HashMap<&'static str, ShimRuntime>,
     log: VecDeque<AttemptEntry>,
     calls: VecDeque<CallRecord>,
+    switches: VecDeque<Switch>,
 }
 
 impl Inner {
@@ -277,7 +340,7 @@ impl Inner {
     ) -> Order {
         let views: Vec<View> = routes
             .iter()
-            .map(|r| self.route(shim, &r.name).view(ordering, now))
+            .map(|r| self.route(shim, &r.name).view(r, ordering, now))
             .collect();
         let pinned = self
             .shims
@@ -442,7 +505,16 @@ impl ChainState {
     /// try it (`probe`: the one half-open call), `None` when its breaker
     /// is open or another call is probing it.
     pub fn admit(&self, shim: &'static str, route: &str, now: Instant) -> Option<bool> {
-        self.lock().route(shim, route).breaker.admit(now)
+        let mut inner = self.lock();
+        let rt = inner.route(shim, route);
+        let admitted = rt.breaker.admit(now);
+        if admitted == Some(true) {
+            rt.history.change(Change {
+                cause: Some("its open period ended: one call is let through".into()),
+                ..Change::plain(ChangeKind::BreakerHalfOpen, SystemTime::now())
+            });
+        }
+        admitted
     }
 
     /// Takes a slot on a route; `None` when it is at its cap (skipped, not queued).
@@ -465,9 +537,16 @@ impl ChainState {
         }
     }
 
-    /// Puts a route on a quota cooldown for `rest` from `now`; a shorter
-    /// rest never cuts a longer one.
-    pub fn cool(&self, shim: &'static str, route: &str, rest: Duration, reason: &str, now: Now) {
+    /// Puts a route on a quota cooldown for `rest` from `now` (`source`:
+    /// where its length came from); a shorter rest never cuts a longer one.
+    pub fn cool(
+        &self,
+        shim: &'static str,
+        route: &str,
+        (rest, source): (Duration, &'static str),
+        reason: &str,
+        now: Now,
+    ) {
         let mut inner = self.lock();
         let rt = inner.route(shim, route);
         let until = now.mono + rest;
@@ -477,6 +556,12 @@ impl ChainState {
                 until,
                 until_wall: now.wall + rest,
                 reason: reason.to_string(),
+            });
+            rt.history.change(Change {
+                cause: Some(reason.to_string()),
+                source: Some(source),
+                until: Some(now.wall + rest),
+                ..Change::plain(ChangeKind::Cooled, now.wall)
             });
         }
         drop(inner);
@@ -520,11 +605,18 @@ impl ChainState {
                     reason: seen.reason.unwrap_or_default().to_string(),
                     at: now.wall,
                 });
+                rt.history.failed(now.wall);
             }
             _ => {}
         }
+        let before = rt.breaker.name(now.mono);
         let opened = rt.breaker.observe(verdict, policy, now.mono);
         rt.opens += u64::from(opened);
+        let cause = seen.code.map(|c| match seen.reason {
+            Some(r) => format!("{c}: {r}"),
+            None => c.to_string(),
+        });
+        rt.breaker_moved(before, cause.as_deref(), now);
         drop(inner);
         self.changed.notify_one();
         opened
@@ -535,10 +627,27 @@ impl ChainState {
     /// does not keep other calls off it for the length of a long answer.
     /// The try's sample is [`ChainState::observe`]d at the end.
     pub fn answered(&self, shim: &'static str, route: &str, policy: &BreakerPolicy, now: Now) {
+        let mut inner = self.lock();
+        let rt = inner.route(shim, route);
+        let before = rt.breaker.name(now.mono);
+        rt.breaker.observe(Verdict::Success, policy, now.mono);
+        rt.breaker_moved(before, Some("a call answered"), now);
+    }
+
+    /// A committed stream ended: its tokens and speed (over `streamed`,
+    /// first content to end) for the route's figures.
+    pub fn metered(
+        &self,
+        shim: &'static str,
+        route: &str,
+        meter: shimgate_shim_api::translate::Meter,
+        streamed: Duration,
+        now: Now,
+    ) {
         self.lock()
             .route(shim, route)
-            .breaker
-            .observe(Verdict::Success, policy, now.mono);
+            .history
+            .metered(meter, streamed, now.wall);
     }
 
     /// A probe that ended before its try (the call left): the next call
@@ -579,13 +688,42 @@ impl ChainState {
 
     /// Disables or enables a route by hand.
     pub fn set_disabled(&self, shim: &'static str, route: &str, disabled: bool) {
-        self.lock().route(shim, route).disabled = disabled;
+        let mut inner = self.lock();
+        let rt = inner.route(shim, route);
+        if rt.disabled != disabled {
+            let kind = if disabled {
+                ChangeKind::Disabled
+            } else {
+                ChangeKind::Enabled
+            };
+            rt.history.change(Change::plain(kind, SystemTime::now()));
+        }
+        rt.disabled = disabled;
+        drop(inner);
         self.changed.notify_one();
     }
 
     /// Pins a route to the head of the order (`None`: unpins).
     pub fn pin(&self, shim: &'static str, route: Option<&str>) {
-        self.lock().shim(shim).pinned = route.map(str::to_owned);
+        let mut inner = self.lock();
+        let before = inner.shim(shim).pinned.clone();
+        if before.as_deref() != route {
+            let at = SystemTime::now();
+            if let Some(old) = before {
+                inner
+                    .route(shim, &old)
+                    .history
+                    .change(Change::plain(ChangeKind::Unpinned, at));
+            }
+            if let Some(new) = route {
+                inner
+                    .route(shim, new)
+                    .history
+                    .change(Change::plain(ChangeKind::Pinned, at));
+            }
+        }
+        inner.shim(shim).pinned = route.map(str::to_owned);
+        drop(inner);
         self.changed.notify_one();
     }
 
@@ -596,6 +734,10 @@ impl ChainState {
         let rt = inner.route(shim, route);
         rt.cooldown = None;
         rt.breaker = Breaker::default();
+        rt.history.change(Change {
+            cause: Some("its cooldown and breaker cleared".into()),
+            ..Change::plain(ChangeKind::Restored, SystemTime::now())
+        });
         drop(inner);
         self.changed.notify_one();
     }
@@ -604,7 +746,15 @@ impl ChainState {
     /// disables (the user's choice) stay.
     pub fn reset(&self) {
         let mut inner = self.lock();
+        let now = Now::system();
         for rt in inner.routes.values_mut() {
+            let resting = rt.cooling(now.mono).is_some() || rt.breaker.name(now.mono) != "closed";
+            if resting {
+                rt.history.change(Change {
+                    cause: Some("every cooldown and breaker cleared (reset)".into()),
+                    ..Change::plain(ChangeKind::Reset, now.wall)
+                });
+            }
             rt.cooldown = None;
             rt.breaker = Breaker::default();
         }
@@ -635,6 +785,26 @@ impl ChainState {
         inner.log.push_back(entry);
         drop(inner);
         self.changed.notify_one();
+    }
+
+    /// Records a switch.
+    pub fn switched(&self, switch: Switch) {
+        let mut inner = self.lock();
+        if inner.switches.len() == SWITCHES_CAPACITY {
+            inner.switches.pop_front();
+        }
+        inner.switches.push_back(switch);
+    }
+
+    /// The switches, newest first; only one conversation's with `session`.
+    pub fn switches(&self, session: Option<&str>) -> Vec<Value> {
+        self.lock()
+            .switches
+            .iter()
+            .rev()
+            .filter(|s| session.is_none_or(|id| s.conversation == id))
+            .map(Switch::to_json)
+            .collect()
     }
 
     /// Records how a call ended.
@@ -688,6 +858,7 @@ mod tests {
             max_concurrency: cap,
             headers: vec![],
             context_tokens: None,
+            window: Default::default(),
         }
     }
 
@@ -700,7 +871,7 @@ mod tests {
         let s = ChainState::new();
         let now = Now::system();
         let routes = [route("a", 0), route("b", 0)];
-        s.cool("trae", "a", Duration::from_secs(60), "quota", now);
+        s.cool("trae", "a", (Duration::from_secs(60), "test"), "quota", now);
         let plan = s.plan("trae", &routes, &Ordering::default(), now);
         assert_eq!(names(&plan), ["b"]);
         assert_eq!(plan.skipped.len(), 1);
@@ -716,7 +887,7 @@ mod tests {
         let s = ChainState::new();
         let now = Now::system();
         let routes = [route("a", 0), route("b", 0)];
-        s.cool("trae", "a", Duration::from_secs(60), "quota", now);
+        s.cool("trae", "a", (Duration::from_secs(60), "test"), "quota", now);
         let manual = Ordering {
             mode: OrderingMode::Manual,
             ..Ordering::default()
@@ -729,8 +900,8 @@ mod tests {
         let s = ChainState::new();
         let now = Now::system();
         let routes = [route("a", 0), route("b", 0)];
-        s.cool("trae", "a", Duration::from_secs(60), "quota", now);
-        s.cool("trae", "b", Duration::from_secs(30), "quota", now);
+        s.cool("trae", "a", (Duration::from_secs(60), "test"), "quota", now);
+        s.cool("trae", "b", (Duration::from_secs(30), "test"), "quota", now);
         let plan = s.plan("trae", &routes, &Ordering::default(), now);
         assert_eq!(
             names(&plan),
@@ -749,7 +920,13 @@ mod tests {
         let t0 = Now::system();
         let routes = [route("a", 0), route("b", 0)];
         let ordering = Ordering::default();
-        s.cool("trae", "a", Duration::from_millis(600), "quota", t0);
+        s.cool(
+            "trae",
+            "a",
+            (Duration::from_millis(600), "test"),
+            "quota",
+            t0,
+        );
         let just_before = t0.after(Duration::from_millis(599));
         assert_eq!(
             names(&s.plan("trae", &routes, &ordering, just_before)),
@@ -767,7 +944,7 @@ mod tests {
         let s = ChainState::new();
         let t0 = Now::system();
         let routes = [route("a", 0), route("b", 0)];
-        s.cool("trae", "a", Duration::from_millis(1), "quota", t0);
+        s.cool("trae", "a", (Duration::from_millis(1), "test"), "quota", t0);
         let later = t0.after(Duration::from_millis(5));
         assert_eq!(
             s.plan("trae", &routes, &Ordering::default(), later)
@@ -790,8 +967,8 @@ mod tests {
         let s = ChainState::new();
         let t0 = Now::system();
         let routes = [route("a", 0), route("b", 0)];
-        s.cool("trae", "a", Duration::from_secs(60), "quota", t0);
-        s.cool("trae", "a", Duration::from_secs(1), "quota", t0);
+        s.cool("trae", "a", (Duration::from_secs(60), "test"), "quota", t0);
+        s.cool("trae", "a", (Duration::from_secs(1), "test"), "quota", t0);
         let later = t0.after(Duration::from_secs(2));
         assert_eq!(
             names(&s.plan("trae", &routes, &Ordering::default(), later)),
@@ -803,7 +980,13 @@ mod tests {
     fn a_housekeeping_call_plans_the_first_route_only_even_when_cooling() {
         let s = ChainState::new();
         let routes = [route("a", 0), route("b", 0)];
-        s.cool("trae", "a", Duration::from_secs(60), "quota", Now::system());
+        s.cool(
+            "trae",
+            "a",
+            (Duration::from_secs(60), "test"),
+            "quota",
+            Now::system(),
+        );
         let plan = Plan::housekeeping(&routes);
         assert_eq!(names(&plan), ["a"]);
         assert!(plan.skipped.is_empty());
@@ -869,6 +1052,7 @@ mod learning {
             max_concurrency: 0,
             headers: vec![],
             context_tokens: None,
+            window: Default::default(),
         }
     }
 
@@ -897,7 +1081,7 @@ mod learning {
     fn a_success_on_a_route_clears_its_cooldown() {
         let s = ChainState::new();
         let t = Now::system();
-        s.cool("trae", "a", Duration::from_secs(600), "quota", t);
+        s.cool("trae", "a", (Duration::from_secs(600), "test"), "quota", t);
         s.observe("trae", "a", seen(None, Some(5)), &breaker(5), t);
         let routes = [route("a"), route("b")];
         assert_eq!(
@@ -988,7 +1172,7 @@ mod learning {
         let s = ChainState::new();
         let t = Now::system();
         let routes = [route("a"), route("b"), route("c")];
-        s.cool("trae", "a", Duration::from_secs(600), "quota", t);
+        s.cool("trae", "a", (Duration::from_secs(600), "test"), "quota", t);
         s.observe(
             "trae",
             "b",

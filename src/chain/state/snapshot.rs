@@ -271,6 +271,7 @@ mod tests {
             max_concurrency: 0,
             headers: vec![],
             context_tokens: None,
+            window: Default::default(),
         }
     }
 
@@ -298,7 +299,13 @@ mod tests {
             open: Duration::from_secs(30),
             max_open: Duration::from_secs(60),
         };
-        s.cool("trae", "a", Duration::from_secs(3600), "QUOTA: wall", t0);
+        s.cool(
+            "trae",
+            "a",
+            (Duration::from_secs(3600), "test"),
+            "QUOTA: wall",
+            t0,
+        );
         fail(&s, "b", FailureCode::Server, &p, t0);
         assert!(fail(&s, "b", FailureCode::Server, &p, t0));
         s.set_disabled("trae", "c", true);

@@ -30,7 +30,26 @@ impl ChainState {
         let mut pinned = Map::new();
         let mut budget = Map::new();
         let mut cooldown = Vec::new();
+        let mut failed_today = Vec::new();
         for &(shim, list) in shims {
+            for r in list {
+                let rt = inner.route(shim, &r.name);
+                let failures = rt.history.failures_today(now.wall);
+                if failures > 0 {
+                    failed_today.push(json!({
+                        "shim": shim,
+                        "route": r.name,
+                        "failures": failures,
+                        "lastFailure": rt.last_failure.as_ref().map(|f| json!({
+                            "code": f.code.as_str(),
+                            "reason": f.reason,
+                            "at": iso8601(f.at),
+                        })),
+                        "cooling": rt.cooling(now.mono).is_some(),
+                        "disabled": rt.disabled,
+                    }));
+                }
+            }
             let order = inner.order(shim, list, ordering, now);
             let rows = list
                 .iter()
@@ -69,6 +88,7 @@ impl ChainState {
             },
             "budget": {"windowSeconds": WINDOW_SECS, "shims": budget},
             "routes": routes,
+            "failedToday": failed_today,
             "capacity": RING_CAPACITY,
             "callsCapacity": CALLS_CAPACITY,
             "total": inner.log.len(),
@@ -131,7 +151,7 @@ fn route_json(
     };
     let (budget_calls, budget_retries) = rt.budget.as_ref().map_or((0, 0), |b| b.window(now.mono));
     let stats = &rt.stats;
-    json!({
+    let mut row = json!({
         "name": r.name,
         "url": r.url,
         "maxConcurrency": r.max_concurrency,
@@ -161,7 +181,23 @@ fn route_json(
             "reason": f.reason,
             "at": iso8601(f.at),
         })),
-    })
+    });
+    if let Some(m) = row.as_object_mut() {
+        m.insert("until".into(), json!(r.window.until.map(|d| d.to_string())));
+        m.insert(
+            "activeHours".into(),
+            json!(r
+                .window
+                .hours
+                .iter()
+                .map(|(a, b)| format!("{a}-{b}"))
+                .collect::<Vec<_>>()),
+        );
+        for (key, value) in rt.history.to_json(now.wall) {
+            m.insert(key.into(), value);
+        }
+    }
+    row
 }
 
 /// One route's figures for `/metrics`, read from the chain's memory.

@@ -1,0 +1,226 @@
+//! The panel's writes to the config file (DESIGN §9): `POST
+//! /routes/{shim}/order {"routes": [...]}` (move up/down, adopt the
+//! measured order) and `POST /ordering {"mode": ...}`.
+//!
+//! The file is edited as a document ([`crate::config::edit`]: comments and
+//! layout kept), the result is checked to load, written to a temporary
+//! file beside it (same permissions) and renamed over it, then reloaded as
+//! `POST /reload` would. A refusal touches nothing: `400` for a request
+//! that is not a permutation or not a mode, `409` when there is no file
+//! (built-in defaults), it is read-only, or it no longer matches what runs.
+
+use std::io::Write as _;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use http::{Response, StatusCode};
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+
+use crate::app::App;
+use crate::chain::decide::Now;
+use crate::config::edit::{self, EditError};
+use crate::config::{Config, OrderingMode};
+use crate::http::body::{self, Body, ErrorCode};
+use crate::http::read::read_body;
+
+/// An order or mode body is a small JSON object.
+const BODY_LIMIT: u64 = 64 * 1024;
+
+/// One write at a time: two panels clicking at once must not interleave
+/// read-edit-write.
+static WRITING: Mutex<()> = Mutex::new(());
+
+/// `POST /routes/{shim}/order`.
+pub async fn order(app: &App, shim: &'static str, body: Incoming) -> Response<Body> {
+    let names = match read_json(body).await.and_then(|v| route_list(&v)) {
+        Ok(n) => n,
+        Err(resp) => return resp,
+    };
+    let running: Vec<String> = app
+        .config()
+        .shim(shim)
+        .map(|s| s.routes.iter().map(|r| r.name.clone()).collect())
+        .unwrap_or_default();
+    let written = write(app, |text| {
+        let in_file = edit::route_names(text, shim)?;
+        if in_file != running {
+            return Err(EditError::Conflict(format!(
+                "the config file's {shim} routes ({}) differ from the running ones ({}): reload first (POST /reload)",
+                in_file.join(", "),
+                running.join(", ")
+            )));
+        }
+        edit::reorder_routes(text, shim, &names)
+    });
+    match written {
+        Ok(config) => {
+            let configured: Vec<&str> = config
+                .shim(shim)
+                .map(|s| s.routes.iter().map(|r| r.name.as_str()).collect())
+                .unwrap_or_default();
+            tracing::info!(shim, order = %configured.join(","), "route order written to the config file");
+            let effective = effective(app, &config, shim);
+            body::json_response(
+                StatusCode::OK,
+                &json!({"shim": shim, "configured": configured, "effective": effective}),
+            )
+        }
+        Err(resp) => resp,
+    }
+}
+
+/// `POST /ordering`.
+pub async fn mode(app: &App, body: Incoming) -> Response<Body> {
+    let v = match read_json(body).await {
+        Ok(v) => v,
+        Err(resp) => return resp,
+    };
+    let mode = match v.get("mode").and_then(Value::as_str) {
+        Some("auto") => OrderingMode::Auto,
+        Some("manual") => OrderingMode::Manual,
+        Some("measured") => OrderingMode::Measured,
+        other => {
+            return body::error_response(
+                ErrorCode::BadRequest,
+                &format!(
+                    "/ordering takes {{\"mode\": \"auto\" | \"manual\" | \"measured\"}}, not {}",
+                    other.map_or_else(|| v.to_string(), |m| format!("{m:?}"))
+                ),
+            )
+        }
+    };
+    match write(app, |text| edit::set_mode(text, mode)) {
+        Ok(config) => {
+            tracing::info!(
+                mode = mode.as_str(),
+                "ordering mode written to the config file"
+            );
+            let effective: serde_json::Map<String, Value> = config
+                .shims
+                .iter()
+                .map(|s| (s.name.to_string(), effective(app, &config, s.name)))
+                .collect();
+            body::json_response(
+                StatusCode::OK,
+                &json!({"mode": config.ordering.mode.as_str(), "effective": effective}),
+            )
+        }
+        Err(resp) => resp,
+    }
+}
+
+fn effective(app: &App, config: &Config, shim: &'static str) -> Value {
+    let routes = config.shim(shim).map_or(&[][..], |s| s.routes.as_slice());
+    app.chain
+        .effective(shim, routes, &config.ordering, Now::system())
+}
+
+async fn read_json(body: Incoming) -> Result<Value, Response<Body>> {
+    let bytes = read_body(body, None, BODY_LIMIT)
+        .await
+        .map_err(|e| e.into_response())?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        body::error_response(ErrorCode::BadRequest, &format!("the body is not JSON: {e}"))
+    })
+}
+
+/// `{"routes": ["a", "b", …]}`.
+fn route_list(v: &Value) -> Result<Vec<String>, Response<Body>> {
+    v.get("routes")
+        .and_then(Value::as_array)
+        .and_then(|a| a.iter().map(|n| n.as_str().map(str::to_owned)).collect())
+        .ok_or_else(|| {
+            body::error_response(
+                ErrorCode::BadRequest,
+                "an order takes {\"routes\": [every configured route name, in the new order]}",
+            )
+        })
+}
+
+/// Edits the config file with `change`, writes it atomically and reloads;
+/// the new config, or the refusal (nothing written).
+fn write(
+    app: &App,
+    change: impl FnOnce(&str) -> Result<String, EditError>,
+) -> Result<Arc<Config>, Response<Body>> {
+    let _one = WRITING.lock().unwrap_or_else(|p| p.into_inner());
+    let conflict = |why: String| body::error_response(ErrorCode::ConfigConflict, &why);
+    let Some(path) = app.config().source.clone() else {
+        return Err(conflict(
+            "shimgate runs on built-in defaults: there is no config file to write (start it with --config FILE)".into(),
+        ));
+    };
+    let shown = path.display();
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| conflict(format!("cannot read the config file {shown}: {e}")))?;
+    read_only(&path).map_or(Ok(()), |why| Err(conflict(why)))?;
+    let edited = change(&text).map_err(|e| match e {
+        EditError::Bad(why) => body::error_response(ErrorCode::BadRequest, &why),
+        EditError::Conflict(why) => conflict(why),
+    })?;
+    if let Err(e) = Config::from_toml(&edited) {
+        return Err(conflict(format!(
+            "the edited config file would not load ({e}); nothing was written"
+        )));
+    }
+    if edited != text {
+        replace(&path, &edited)
+            .map_err(|e| conflict(format!("cannot write the config file {shown}: {e}")))?;
+    }
+    app.reload().map_err(|e| {
+        // Put the user's file back as it was: the edit did not take.
+        let _ = replace(&path, &text);
+        conflict(format!(
+            "the written config did not reload ({e}); the file was put back"
+        ))
+    })
+}
+
+/// Why the file must not be written: its mode says read-only (the
+/// user's choice, even to a root process that could write it).
+fn read_only(path: &Path) -> Option<String> {
+    let meta = std::fs::metadata(path).ok()?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = meta.permissions().mode();
+        (mode & 0o200 == 0).then(|| {
+            format!(
+                "the config file {} is read-only (mode {:o}): nothing was written",
+                path.display(),
+                mode & 0o777
+            )
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        meta.permissions()
+            .readonly()
+            .then(|| format!("the config file {} is read-only", path.display()))
+    }
+}
+
+/// Writes `text` to a temporary file beside `path` (with its permissions)
+/// and renames it over `path`.
+fn replace(path: &Path, text: &str) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("config");
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        if let Ok(meta) = std::fs::metadata(path) {
+            f.set_permissions(meta.permissions())?;
+        }
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}

@@ -1,0 +1,302 @@
+//! What the panel shows of a route beyond its counters (DESIGN §9): its
+//! last state changes with cause and source (cooled, breaker opened /
+//! half-open / closed, disabled / enabled / pinned / restored by hand),
+//! what it did today (failures and tokens since local midnight), and its
+//! output speed (tokens a second from the usage the upstream reports,
+//! else content characters a second).
+//!
+//! Memory only: a restart starts a fresh history (the route state file
+//! keeps what the chain acts on).
+
+use std::collections::VecDeque;
+use std::time::{Duration, SystemTime};
+
+use serde_json::{json, Value};
+use shimgate_shim_api::translate::Meter;
+
+use crate::chain::rest::Zone;
+use crate::chain::window;
+use crate::clock::iso8601;
+
+/// State changes kept per route.
+pub const CHANGES_PER_ROUTE: usize = 12;
+/// Output-speed samples kept per route (the median is shown).
+pub const SPEED_SAMPLES: usize = 20;
+/// A stream shorter than this says little of a route's speed (an answer
+/// the upstream sent in one piece).
+const MIN_SPEED_WINDOW: Duration = Duration::from_millis(20);
+
+/// What changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    Cooled,
+    BreakerOpened,
+    BreakerHalfOpen,
+    BreakerClosed,
+    Disabled,
+    Enabled,
+    Pinned,
+    Unpinned,
+    Restored,
+    Reset,
+}
+
+impl ChangeKind {
+    /// The `/status` spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeKind::Cooled => "cooled",
+            ChangeKind::BreakerOpened => "breaker-opened",
+            ChangeKind::BreakerHalfOpen => "breaker-half-open",
+            ChangeKind::BreakerClosed => "breaker-closed",
+            ChangeKind::Disabled => "disabled",
+            ChangeKind::Enabled => "enabled",
+            ChangeKind::Pinned => "pinned",
+            ChangeKind::Unpinned => "unpinned",
+            ChangeKind::Restored => "restored",
+            ChangeKind::Reset => "reset",
+        }
+    }
+
+    /// Whether a person did it (a hand control), not the chain.
+    fn by_hand(self) -> bool {
+        !matches!(
+            self,
+            ChangeKind::Cooled
+                | ChangeKind::BreakerOpened
+                | ChangeKind::BreakerHalfOpen
+                | ChangeKind::BreakerClosed
+        )
+    }
+}
+
+/// One state change of a route.
+#[derive(Debug, Clone)]
+pub struct Change {
+    pub at: SystemTime,
+    pub kind: ChangeKind,
+    /// What caused it (the failure, for a cooldown or a breaker).
+    pub cause: Option<String>,
+    /// Where a rest's length came from (`Retry-After`, a reset in the
+    /// body, the configured rest).
+    pub source: Option<&'static str>,
+    /// When it ends (a cooldown) or the next probe is let through (an
+    /// open breaker).
+    pub until: Option<SystemTime>,
+}
+
+impl Change {
+    /// A change with no cause, source or end.
+    pub fn plain(kind: ChangeKind, at: SystemTime) -> Change {
+        Change {
+            at,
+            kind,
+            cause: None,
+            source: None,
+            until: None,
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "at": iso8601(self.at),
+            "change": self.kind.as_str(),
+            "byHand": self.kind.by_hand(),
+            "cause": self.cause,
+            "source": self.source,
+            "until": self.until.map(iso8601),
+        })
+    }
+}
+
+/// One stream's speed.
+#[derive(Debug, Clone, Copy)]
+struct Speed {
+    per_second: f64,
+    /// From reported tokens (else content characters).
+    tokens: bool,
+}
+
+/// A route's history.
+#[derive(Debug, Default)]
+pub struct History {
+    changes: VecDeque<Change>,
+    speeds: VecDeque<Speed>,
+    today: Today,
+}
+
+/// What a route did since local midnight.
+#[derive(Debug, Default, Clone, Copy)]
+struct Today {
+    /// The local midnight the figures count from (`None`: nothing yet).
+    since: Option<SystemTime>,
+    failures: u64,
+    prompt_tokens: u64,
+    completion_tokens: u64,
+}
+
+impl History {
+    /// Records a change, newest last (at most [`CHANGES_PER_ROUTE`]).
+    pub fn change(&mut self, change: Change) {
+        if self.changes.len() == CHANGES_PER_ROUTE {
+            self.changes.pop_front();
+        }
+        self.changes.push_back(change);
+    }
+
+    /// Today's figures at `now`, started afresh after local midnight.
+    fn today(&mut self, now: SystemTime) -> &mut Today {
+        let midnight = window::day_start(now, Zone::LOCAL);
+        if self.today.since != Some(midnight) {
+            self.today = Today {
+                since: Some(midnight),
+                ..Today::default()
+            };
+        }
+        &mut self.today
+    }
+
+    /// A failure that counts against the route.
+    pub fn failed(&mut self, now: SystemTime) {
+        self.today(now).failures += 1;
+    }
+
+    /// A stream ended: its tokens count for today, and its speed (over
+    /// `streamed`, first content to end) is a sample.
+    pub fn metered(&mut self, meter: Meter, streamed: Duration, now: SystemTime) {
+        let today = self.today(now);
+        today.prompt_tokens += meter.prompt_tokens.unwrap_or(0);
+        today.completion_tokens += meter.completion_tokens.unwrap_or(0);
+        let (amount, tokens) = match meter.completion_tokens {
+            Some(t) if t > 0 => (t, true),
+            _ => (meter.content_chars, false),
+        };
+        if amount == 0 || streamed < MIN_SPEED_WINDOW {
+            return;
+        }
+        if self.speeds.len() == SPEED_SAMPLES {
+            self.speeds.pop_front();
+        }
+        self.speeds.push_back(Speed {
+            per_second: amount as f64 / streamed.as_secs_f64(),
+            tokens,
+        });
+    }
+
+    /// Failures since local midnight (0 when the last was before it).
+    pub fn failures_today(&mut self, now: SystemTime) -> u64 {
+        self.today(now).failures
+    }
+
+    /// The `/status` members: `changes` (newest first), `today`,
+    /// `outputSpeed` (the median of the samples in the unit most have).
+    pub fn to_json(&mut self, now: SystemTime) -> [(&'static str, Value); 3] {
+        let today = *self.today(now);
+        let by_tokens = self.speeds.iter().filter(|s| s.tokens).count() * 2 >= self.speeds.len();
+        let mut rates: Vec<f64> = self
+            .speeds
+            .iter()
+            .filter(|s| s.tokens == by_tokens)
+            .map(|s| s.per_second)
+            .collect();
+        rates.sort_by(f64::total_cmp);
+        let median = match rates.len() {
+            0 => None,
+            n if n % 2 == 1 => Some(rates[n / 2]),
+            n => Some((rates[n / 2 - 1] + rates[n / 2]) / 2.0),
+        };
+        [
+            (
+                "changes",
+                self.changes.iter().rev().map(Change::to_json).collect(),
+            ),
+            (
+                "today",
+                json!({
+                    "since": today.since.map(iso8601),
+                    "failures": today.failures,
+                    "promptTokens": today.prompt_tokens,
+                    "completionTokens": today.completion_tokens,
+                }),
+            ),
+            (
+                "outputSpeed",
+                json!({
+                    "perSecond": median.map(|m| (m * 10.0).round() / 10.0),
+                    "unit": if by_tokens { "tokens/s" } else { "chars/s" },
+                    "samples": rates.len(),
+                }),
+            ),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meter(prompt: Option<u64>, completion: Option<u64>, bytes: u64) -> Meter {
+        Meter {
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            content_chars: bytes,
+        }
+    }
+
+    #[test]
+    fn the_speed_is_reported_tokens_a_second_else_content_chars() {
+        let now = SystemTime::now();
+        let mut h = History::default();
+        h.metered(meter(Some(100), Some(50), 400), Duration::from_secs(2), now);
+        h.metered(meter(Some(100), Some(90), 400), Duration::from_secs(3), now);
+        let [_, today, speed] = h.to_json(now);
+        assert_eq!(speed.1["unit"], "tokens/s");
+        assert_eq!(speed.1["perSecond"], 27.5, "median of 25 and 30");
+        assert_eq!(today.1["promptTokens"], 200);
+        assert_eq!(today.1["completionTokens"], 140);
+        let mut bytes = History::default();
+        bytes.metered(meter(None, None, 1000), Duration::from_millis(500), now);
+        let [_, _, speed] = bytes.to_json(now);
+        assert_eq!(
+            (speed.1["unit"].clone(), speed.1["perSecond"].clone()),
+            (json!("chars/s"), json!(2000.0))
+        );
+        let mut instant = History::default();
+        instant.metered(meter(None, Some(10), 0), Duration::from_millis(1), now);
+        assert_eq!(
+            instant.to_json(now)[2].1["samples"],
+            0,
+            "a one-piece answer is no sample"
+        );
+    }
+
+    #[test]
+    fn today_starts_afresh_after_local_midnight() {
+        let now = SystemTime::now();
+        let mut h = History::default();
+        h.failed(now);
+        h.failed(now);
+        assert_eq!(h.failures_today(now), 2);
+        let tomorrow = now + Duration::from_secs(86_400);
+        assert_eq!(h.failures_today(tomorrow), 0);
+    }
+
+    #[test]
+    fn changes_are_newest_first_and_bounded() {
+        let now = SystemTime::now();
+        let mut h = History::default();
+        for i in 0..CHANGES_PER_ROUTE + 3 {
+            let kind = if i % 2 == 0 {
+                ChangeKind::Disabled
+            } else {
+                ChangeKind::Enabled
+            };
+            h.change(Change::plain(kind, now + Duration::from_secs(i as u64)));
+        }
+        let [changes, ..] = h.to_json(now);
+        let list = changes.1.as_array().unwrap().clone();
+        assert_eq!(list.len(), CHANGES_PER_ROUTE);
+        assert_eq!(list[0]["change"], "disabled", "the 15th, newest");
+        assert_eq!(list[0]["byHand"], true);
+    }
+}
