@@ -59,6 +59,11 @@ use state::{AttemptEntry, CallRecord, ChainState, Observed, Outcome, RouteReport
 /// Makes a fresh translator for each attempt.
 pub type TranslatorFactory = Arc<dyn Fn() -> Box<dyn StreamTranslator> + Send + Sync>;
 
+/// The shim's own reading of an upstream error answer (its business codes,
+/// [`shimgate_shim_api::Shim::http_error`]): status and body in, the
+/// failure when the body names a code the shim knows.
+pub type HttpErrorCodes = Arc<dyn Fn(u16, &[u8]) -> Option<Failure> + Send + Sync>;
+
 /// One call through the chain.
 pub struct CallSpec {
     /// Which shim's routes (also the ring-log label).
@@ -75,6 +80,9 @@ pub struct CallSpec {
     /// `None`: bytes pass unchanged and the attempt commits on a 2xx head.
     /// `Some`: an SSE answer is read frame by frame and held until content.
     pub translator: Option<TranslatorFactory>,
+    /// How the shim reads an error answer's business code; asked before
+    /// the status and the words (`None`: status and words only).
+    pub error_codes: Option<HttpErrorCodes>,
     /// Housekeeping calls (compaction, session titles): first route, one try.
     pub housekeeping: bool,
     /// When the client's request arrived (for the overhead histogram).
@@ -114,6 +122,7 @@ impl CallSpec {
             timeouts: config.timeouts.clone(),
             outbound,
             translator: None,
+            error_codes: None,
             housekeeping: false,
             received,
             secrets: Secrets::default(),

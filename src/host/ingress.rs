@@ -378,6 +378,7 @@ async fn direct<S: Shim>(
     let factory: TranslatorFactory = Arc::new(move || h.agent_translator(&shape, &original));
     let mut spec = CallSpec::new(config, name, "fallback", outbound, agent.received);
     spec.translator = Some(factory);
+    spec.error_codes = Some(host.error_codes());
     spec.housekeeping = housekeeping;
     spec.secrets = secrets;
     let resp = chain::call(&app.chain_ctx(), spec).await;

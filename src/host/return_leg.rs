@@ -216,6 +216,7 @@ async fn forward<S: Shim>(
     let secrets = Secrets::of(&entry.headers);
     let mut spec = CallSpec::new(config, name, "return", outbound, received);
     spec.translator = Some(factory);
+    spec.error_codes = Some(host.error_codes());
     spec.housekeeping = housekeeping;
     spec.secrets = secrets.clone();
     let resp = chain::call(&app.chain_ctx(), spec).await;

@@ -537,6 +537,77 @@ async fn a_reset_an_upstream_states_is_honoured_but_capped_at_26_hours() {
 }
 
 #[tokio::test]
+async fn an_http_error_s_business_code_classifies_it_first_and_a_quota_rests_the_route() {
+    // TRAE's 4008 on an HTTP 429 (research/wires.md §1.5): the shim's own
+    // table says QUOTA, so the stated reset rests the route (not a rate
+    // limit that is retried or left for a moment).
+    let message = "Your requests have exceeded the quota. Please try again later.";
+    let body = json!({"code": 4008, "message": message}).to_string();
+    let hour = Upstream::always(Reply::json_with(429, &[("retry-after", "3600")], &body)).await;
+    let days = Upstream::always(Reply::json_with(429, &[("retry-after", "360000")], &body)).await;
+    // A code the table knows decides over the status: 1002 (token
+    // expired) on a 500 is AUTH, left at once, not a server error retried.
+    let expired = json!({"code": 1002, "message": "token expired"}).to_string();
+    let auth = Upstream::always(Reply::json(500, &expired)).await;
+    let ok = Upstream::always(ok_reply(4)).await;
+    let dir = tempdir();
+    let extra = "[retry]\nmax_retries = 2\ninitial_delay_ms = 1\nmax_delay_ms = 5\n";
+    let file = write(
+        &dir,
+        &config(
+            &[
+                ("hour", &hour),
+                ("days", &days),
+                ("auth", &auth),
+                ("ok", &ok),
+            ],
+            extra,
+        ),
+    );
+    let served = Served::start(&file, &[], &[]);
+    let before = std::time::SystemTime::now();
+    assert_eq!(said(&call(&served).await), "r4");
+    let st = status(&served).await;
+    let routes = &st["chain"]["calls"][0]["routes"];
+    let codes: Vec<&str> = (0..4)
+        .map(|i| routes[i]["code"].as_str().unwrap_or("ok"))
+        .collect();
+    assert_eq!(codes, ["QUOTA", "QUOTA", "AUTH", "ok"], "{routes:#}");
+    assert_eq!(
+        (hour.hits(), days.hits(), auth.hits()),
+        (1, 1, 1),
+        "none retried in place"
+    );
+    let until = |i: usize| {
+        let text = st["chain"]["routes"]["trae"][i]["cooldownUntil"]
+            .as_str()
+            .unwrap_or_else(|| panic!("route {i} is not resting: {st:#}"));
+        humantime::parse_rfc3339(text)
+            .unwrap()
+            .duration_since(before)
+            .unwrap()
+    };
+    let rest = until(0);
+    assert!(
+        rest >= Duration::from_secs(3599) && rest <= Duration::from_secs(3605),
+        "Retry-After 3600 on a 4008: {rest:?}"
+    );
+    let capped = until(1);
+    assert!(
+        capped > Duration::from_secs(26 * 3600 - 60)
+            && capped <= Duration::from_secs(26 * 3600 + 5),
+        "100 h stated rests 26 h: {capped:?}"
+    );
+    assert!(
+        st["chain"]["routes"]["trae"][2]["cooldownUntil"].is_null(),
+        "AUTH does not rest a route"
+    );
+    // The resting routes are skipped on the next call.
+    assert_eq!(said(&call(&served).await), "r4");
+    assert_eq!((hour.hits(), days.hits()), (1, 1));
+}
+
+#[tokio::test]
 async fn a_quota_rest_ends_at_the_local_hour_tz_names() {
     let wall = Upstream::always(Reply::json(402, "payment required")).await;
     let ok = Upstream::always(ok_reply(2)).await;

@@ -167,9 +167,20 @@ const QUOTA_WORDS: &[&str] = &[
     "insufficient_quota",
     "insufficient credits",
     "insufficient_credits",
+    // Gemini's 429 INSUFFICIENT_G1_CREDITS_BALANCE (research/peers.md).
+    "credits_balance",
     "quota exceeded",
     "quota_exceeded",
+    "quota has been exceeded",
+    "quota exhausted",
+    "quota_exhausted",
+    // TRAE 4008 ("Your requests have exceeded the quota.", research/wires.md
+    // §1.5), OpenAI's 429 insufficient_quota ("You exceeded your current
+    // quota").
+    "exceeded the quota",
+    "exceeded your quota",
     "exceeded your current quota",
+    "exhausted your quota",
     "out of credits",
     "credit balance is too low",
     "daily count exceeded",
@@ -276,6 +287,20 @@ mod tests {
             classify_http(429, "insufficient balance"),
             FailureCode::Quota
         );
+    }
+
+    #[test]
+    fn the_quota_phrasings_of_the_providers_are_quota() {
+        for body in [
+            "Your requests have exceeded the quota. Please try again later.",
+            "You exceeded your current quota, please check your plan",
+            "Your quota has been exceeded",
+            "quota exhausted for today",
+            "RESOURCE_EXHAUSTED: INSUFFICIENT_G1_CREDITS_BALANCE",
+        ] {
+            assert_eq!(classify_http(429, body), FailureCode::Quota, "{body}");
+            assert_eq!(classify_text(body), FailureCode::Quota, "{body}");
+        }
     }
 
     #[test]
