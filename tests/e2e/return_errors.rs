@@ -141,8 +141,9 @@ async fn a_qoder_http_400_too_long_is_passed_to_the_agent_as_the_upstream_sent_i
     assert_eq!(e.status, 400);
     assert_eq!(e.body["error"]["code"], "context_length_exceeded");
     assert_eq!(
-        e.body["error"]["message"], "prompt is too long: the limit of 128000 tokens",
-        "the window is in the provider's words already: no suffix"
+        e.body["error"]["message"],
+        "prompt is too long: the limit of 128000 tokens; maximum context length is 128000 tokens",
+        "the window restated in bili's words (it reads only those)"
     );
 }
 

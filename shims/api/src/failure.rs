@@ -205,6 +205,8 @@ const CONTEXT_WORDS: &[&str] = &[
     "maximum context",
     "context window",
     "prompt is too long",
+    // TRAE 4022's words ("prompt tokens exceed the limit of 1000000.").
+    "prompt tokens exceed",
     "request_too_large",
     "too many tokens",
     "input is too long",
@@ -309,6 +311,10 @@ mod tests {
         assert_eq!(classify_http(400, body), FailureCode::ContextWindowExceeded);
         assert_eq!(
             classify_http(413, "prompt is too long"),
+            FailureCode::ContextWindowExceeded
+        );
+        assert_eq!(
+            classify_http(400, "prompt tokens exceed the limit of 200000."),
             FailureCode::ContextWindowExceeded
         );
         assert_eq!(classify_http(400, "bad field"), FailureCode::Unsupported);
