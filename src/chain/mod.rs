@@ -26,7 +26,7 @@ mod response;
 
 pub use attempt::{error_chain, relay, sse_headers};
 pub use outbound::{FixedOutbound, Outbound, OutboundFuture};
-pub use response::{ChainError, ChainResponse};
+pub use response::{ChainError, ChainResponse, LastInBand};
 pub mod breaker;
 pub mod budget;
 pub mod decide;
@@ -255,6 +255,9 @@ struct Driver<'a> {
     at: SystemTime,
     started: Instant,
     reports: Vec<RouteReport>,
+    /// The provider's in-band error of the call's last failed try, when
+    /// that try ended in one (what the agent reads if every route fails).
+    last_in_band: Option<Box<LastInBand>>,
     /// Where the head goes; taken when it is sent.
     head_tx: Option<oneshot::Sender<ChainResponse>>,
 }
@@ -267,6 +270,7 @@ async fn drive(ctx: ChainCtx, spec: CallSpec, head_tx: oneshot::Sender<ChainResp
         at: SystemTime::now(),
         started: Instant::now(),
         reports: Vec::new(),
+        last_in_band: None,
         head_tx: Some(head_tx),
     };
     let now = Now::system();
@@ -320,7 +324,7 @@ impl Driver<'_> {
             tries += 1;
             let t0 = Instant::now();
             let may_resend;
-            let (failure, verbatim, held) = match self.try_once(leg.route).await {
+            let (failure, verbatim, mut held) = match self.try_once(leg.route).await {
                 attempt::PreCommit::Aborted => {
                     let gone = Failure::new(FailureCode::Aborted, "the client went away");
                     let now = Now::system();
@@ -359,6 +363,9 @@ impl Driver<'_> {
                 &Tried::new(leg, tries, Some(&failure), t0, started),
                 &decision,
             );
+            if !matches!(decision.next, Next::Stop(s) if s != Stop::Exhausted) {
+                self.remember(leg, &failure, held.take());
+            }
             match decision.next {
                 Next::Retry { wait } => {
                     warn!(shim = self.spec.shim, route = %leg.route.name, try_no = tries, code = %failure.code, reason = %failure.message, wait_ms = wait.as_millis() as u64, "attempt failed; retrying on the same route");
@@ -630,10 +637,26 @@ impl Driver<'_> {
         ControlFlow::Break(())
     }
 
-    /// Every route failed: one error listing each.
+    /// Keeps what a failed try that the call goes on from ended in: the
+    /// provider's in-band error, or nothing (a later failure of another
+    /// kind replaces an earlier in-band one).
+    fn remember(&mut self, leg: &Leg<'_>, failure: &Failure, held: Option<attempt::InBand>) {
+        self.last_in_band = held.map(|h| {
+            Box::new(LastInBand {
+                failure: failure.clone(),
+                route: leg.route.name.clone(),
+                translated: h.translated.freeze(),
+                native: h.native,
+            })
+        });
+    }
+
+    /// Every route failed: one error listing each (with the provider's
+    /// in-band error of the last try, when it ended in one).
     fn exhausted(&mut self) {
         let error = ChainError::Exhausted {
             reports: self.reports.clone(),
+            last: self.last_in_band.take(),
         };
         warn!(
             shim = self.spec.shim,
@@ -821,6 +844,7 @@ fn failure_answer(
     } else {
         ChainResponse::Failed(ChainError::Exhausted {
             reports: reports.to_vec(),
+            last: None,
         })
     }
 }

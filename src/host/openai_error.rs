@@ -117,7 +117,7 @@ pub fn for_proxy(resp: ChainResponse, cx: &ErrorContext<'_>) -> Response<Body> {
             failure_response(failure, &provider, context_tokens, &agent, cx.secrets)
         }
         ChainResponse::Verbatim { .. } => resp.into_response(),
-        ChainResponse::Failed(e) => chain_error_response(e.clone(), cx.secrets),
+        ChainResponse::Failed(e) => chain_error_response(e.clone(), cx),
     }
 }
 
@@ -175,18 +175,32 @@ fn failure_response(
 
 /// Every route failed (or none could be tried): `502
 /// AUTO_ROUTES_EXHAUSTED` with the per-route list, or `429` when every
-/// route that was tried was rate limited.
-fn chain_error_response(e: ChainError, secrets: &Secrets) -> Response<Body> {
+/// route that was tried was rate limited. `error.native` is what the agent
+/// reads: the provider's own in-band error of the last try in the agent's
+/// wire when it ended in one (whatever its class: an expired token, a quota
+/// wall, a server error), else the same JSON.
+fn chain_error_response(e: ChainError, cx: &ErrorContext<'_>) -> Response<Body> {
+    let secrets = cx.secrets;
     let direct = e.clone().into_json();
     let mut document = direct.1.clone();
-    let native = Native {
-        status: direct.0,
-        content_type: "application/json".into(),
-        retry_after: None,
-        body: Bytes::from(direct.1.to_string()),
+    let native = match &e {
+        ChainError::Exhausted {
+            last: Some(last), ..
+        } => Native {
+            status: StatusCode::OK,
+            content_type: "text/event-stream".into(),
+            retry_after: None,
+            body: replay((cx.agent_translator)(), &last.native),
+        },
+        _ => Native {
+            status: direct.0,
+            content_type: "application/json".into(),
+            retry_after: None,
+            body: Bytes::from(direct.1.to_string()),
+        },
     };
     let limited = match &e {
-        ChainError::Exhausted { reports } => {
+        ChainError::Exhausted { reports, .. } => {
             let tried: Vec<_> = reports.iter().filter(|r| r.tries > 0).collect();
             (!tried.is_empty() && tried.iter().all(|r| r.code == Some(FailureCode::RateLimit)))
                 .then(|| tried.iter().filter_map(|r| r.retry_after).min())
