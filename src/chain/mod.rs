@@ -324,7 +324,7 @@ impl Driver<'_> {
             tries += 1;
             let t0 = Instant::now();
             let may_resend;
-            let (failure, verbatim, mut held) = match self.try_once(leg.route).await {
+            let (failure, verbatim, held) = match self.try_once(leg.route).await {
                 attempt::PreCommit::Aborted => {
                     let gone = Failure::new(FailureCode::Aborted, "the client went away");
                     let now = Now::system();
@@ -363,15 +363,14 @@ impl Driver<'_> {
                 &Tried::new(leg, tries, Some(&failure), t0, started),
                 &decision,
             );
-            if !matches!(decision.next, Next::Stop(s) if s != Stop::Exhausted) {
-                self.remember(leg, &failure, held.take());
-            }
             match decision.next {
                 Next::Retry { wait } => {
+                    self.remember(leg, &failure, held);
                     warn!(shim = self.spec.shim, route = %leg.route.name, try_no = tries, code = %failure.code, reason = %failure.message, wait_ms = wait.as_millis() as u64, "attempt failed; retrying on the same route");
                     self.backoff(wait, leg, tries, started).await?;
                 }
                 Next::Switch | Next::Stop(Stop::Exhausted) => {
+                    self.remember(leg, &failure, held);
                     match leg.next {
                         Some(next) => {
                             warn!(shim = self.spec.shim, route = %leg.route.name, next = %next, code = %failure.code, reason = %failure.message, tries, "route failed; switching")

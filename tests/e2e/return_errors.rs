@@ -153,6 +153,26 @@ async fn a_trae_agent_reads_its_own_solo_error_of_every_class_through_a_proxy_an
 }
 
 #[tokio::test]
+async fn the_last_try_decides_what_the_agent_reads_when_every_route_failed() {
+    let in_band = Upstream::always(trae::reply(&trae::error_answer(1002, "token expired"))).await;
+    let http = Upstream::always(Reply::json(500, "boom")).await;
+    // In-band last: the agent's own SOLO error.
+    let (gate, _proxy) = trae_behind_proxy(&[&http, &in_band], "").await;
+    let resp = send_trae(&gate, "tok-1").await;
+    assert!(
+        solo_error(&resp).is_some_and(|d| d.contains("1002")),
+        "{}",
+        resp.text()
+    );
+    // An HTTP failure last: the JSON 502 with the route list.
+    let (gate, _proxy) = trae_behind_proxy(&[&in_band, &http], "").await;
+    let resp = send_trae(&gate, "tok-1").await;
+    assert_eq!(resp.status, StatusCode::BAD_GATEWAY, "{}", resp.text());
+    assert_eq!(resp.json()["error"]["code"], "AUTO_ROUTES_EXHAUSTED");
+    assert_eq!(resp.json()["error"]["routes"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
 async fn a_qoder_agent_reads_its_own_error_frame_when_every_route_failed_in_band() {
     let up = Upstream::always(
         Reply::sse()
