@@ -22,10 +22,36 @@ use crate::chain::decide::Now;
 use crate::config::edit::{self, EditError};
 use crate::config::{Config, OrderingMode};
 use crate::http::body::{self, Body, ErrorCode};
-use crate::http::read::read_body;
+use crate::http::read::{read_body, BodyError};
 
 /// An order or mode body is a small JSON object.
 const BODY_LIMIT: u64 = 64 * 1024;
+
+/// Why a request was refused (answered at the edge with its code).
+struct Refused(ErrorCode, String);
+
+impl Refused {
+    fn bad(why: impl Into<String>) -> Refused {
+        Refused(ErrorCode::BadRequest, why.into())
+    }
+
+    fn conflict(why: impl Into<String>) -> Refused {
+        Refused(ErrorCode::ConfigConflict, why.into())
+    }
+
+    fn into_response(self) -> Response<Body> {
+        body::error_response(self.0, &self.1)
+    }
+}
+
+impl From<EditError> for Refused {
+    fn from(e: EditError) -> Refused {
+        match e {
+            EditError::Bad(why) => Refused::bad(why),
+            EditError::Conflict(why) => Refused::conflict(why),
+        }
+    }
+}
 
 /// One write at a time: two panels clicking at once must not interleave
 /// read-edit-write.
@@ -35,7 +61,7 @@ static WRITING: Mutex<()> = Mutex::new(());
 pub async fn order(app: &App, shim: &'static str, body: Incoming) -> Response<Body> {
     let names = match read_json(body).await.and_then(|v| route_list(&v)) {
         Ok(n) => n,
-        Err(resp) => return resp,
+        Err(refused) => return refused.into_response(),
     };
     let running: Vec<String> = app
         .config()
@@ -66,7 +92,7 @@ pub async fn order(app: &App, shim: &'static str, body: Incoming) -> Response<Bo
                 &json!({"shim": shim, "configured": configured, "effective": effective}),
             )
         }
-        Err(resp) => resp,
+        Err(refused) => refused.into_response(),
     }
 }
 
@@ -74,7 +100,7 @@ pub async fn order(app: &App, shim: &'static str, body: Incoming) -> Response<Bo
 pub async fn mode(app: &App, body: Incoming) -> Response<Body> {
     let v = match read_json(body).await {
         Ok(v) => v,
-        Err(resp) => return resp,
+        Err(refused) => return refused.into_response(),
     };
     let mode = match v.get("mode").and_then(Value::as_str) {
         Some("auto") => OrderingMode::Auto,
@@ -106,7 +132,7 @@ pub async fn mode(app: &App, body: Incoming) -> Response<Body> {
                 &json!({"mode": config.ordering.mode.as_str(), "effective": effective}),
             )
         }
-        Err(resp) => resp,
+        Err(refused) => refused.into_response(),
     }
 }
 
@@ -116,23 +142,26 @@ fn effective(app: &App, config: &Config, shim: &'static str) -> Value {
         .effective(shim, routes, &config.ordering, Now::system())
 }
 
-async fn read_json(body: Incoming) -> Result<Value, Response<Body>> {
+async fn read_json(body: Incoming) -> Result<Value, Refused> {
     let bytes = read_body(body, None, BODY_LIMIT)
         .await
-        .map_err(|e| e.into_response())?;
-    serde_json::from_slice(&bytes).map_err(|e| {
-        body::error_response(ErrorCode::BadRequest, &format!("the body is not JSON: {e}"))
-    })
+        .map_err(|e| match e {
+            BodyError::TooLarge(limit) => Refused(
+                ErrorCode::RequestTooLarge,
+                format!("the body is over the {limit}-byte limit of this endpoint"),
+            ),
+            BodyError::Broken(why) => Refused::bad(format!("could not read the body: {why}")),
+        })?;
+    serde_json::from_slice(&bytes).map_err(|e| Refused::bad(format!("the body is not JSON: {e}")))
 }
 
 /// `{"routes": ["a", "b", …]}`.
-fn route_list(v: &Value) -> Result<Vec<String>, Response<Body>> {
+fn route_list(v: &Value) -> Result<Vec<String>, Refused> {
     v.get("routes")
         .and_then(Value::as_array)
         .and_then(|a| a.iter().map(|n| n.as_str().map(str::to_owned)).collect())
         .ok_or_else(|| {
-            body::error_response(
-                ErrorCode::BadRequest,
+            Refused::bad(
                 "an order takes {\"routes\": [every configured route name, in the new order]}",
             )
         })
@@ -143,35 +172,33 @@ fn route_list(v: &Value) -> Result<Vec<String>, Response<Body>> {
 fn write(
     app: &App,
     change: impl FnOnce(&str) -> Result<String, EditError>,
-) -> Result<Arc<Config>, Response<Body>> {
+) -> Result<Arc<Config>, Refused> {
     let _one = WRITING.lock().unwrap_or_else(|p| p.into_inner());
-    let conflict = |why: String| body::error_response(ErrorCode::ConfigConflict, &why);
     let Some(path) = app.config().source.clone() else {
-        return Err(conflict(
-            "shimgate runs on built-in defaults: there is no config file to write (start it with --config FILE)".into(),
+        return Err(Refused::conflict(
+            "shimgate runs on built-in defaults: there is no config file to write (start it with --config FILE)",
         ));
     };
     let shown = path.display();
     let text = std::fs::read_to_string(&path)
-        .map_err(|e| conflict(format!("cannot read the config file {shown}: {e}")))?;
-    read_only(&path).map_or(Ok(()), |why| Err(conflict(why)))?;
-    let edited = change(&text).map_err(|e| match e {
-        EditError::Bad(why) => body::error_response(ErrorCode::BadRequest, &why),
-        EditError::Conflict(why) => conflict(why),
-    })?;
+        .map_err(|e| Refused::conflict(format!("cannot read the config file {shown}: {e}")))?;
+    if let Some(why) = read_only(&path) {
+        return Err(Refused::conflict(why));
+    }
+    let edited = change(&text)?;
     if let Err(e) = Config::from_toml(&edited) {
-        return Err(conflict(format!(
+        return Err(Refused::conflict(format!(
             "the edited config file would not load ({e}); nothing was written"
         )));
     }
     if edited != text {
         replace(&path, &edited)
-            .map_err(|e| conflict(format!("cannot write the config file {shown}: {e}")))?;
+            .map_err(|e| Refused::conflict(format!("cannot write the config file {shown}: {e}")))?;
     }
     app.reload().map_err(|e| {
         // Put the user's file back as it was: the edit did not take.
         let _ = replace(&path, &text);
-        conflict(format!(
+        Refused::conflict(format!(
             "the written config did not reload ({e}); the file was put back"
         ))
     })

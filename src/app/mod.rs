@@ -56,7 +56,8 @@ pub struct App {
     pub rids: RidRegistry,
     /// What the compression proxy sees as each agent's `Authorization`.
     pub identity: ProxyIdentity,
-    /// `routes.json`: what the chain learnt, kept across restarts.
+    /// The route state file of this config: what the chain learnt, kept
+    /// across restarts.
     pub route_file: Arc<RouteStore>,
     /// The admin surface's token and refusal counts (DESIGN §7).
     pub admin: admin::AdminState,

@@ -1,7 +1,16 @@
-//! `routes.json` in the state dir (DESIGN §5): what the chain learnt of its
-//! routes (counters, last failures, cooldown and breaker deadlines, pins and
-//! disables) outlives a restart, so a quota wall the upstream named just
-//! before a restart is not hit again right after it.
+//! The route state file in the state dir (DESIGN §5): what the chain learnt
+//! of its routes (counters, last failures, cooldown and breaker deadlines,
+//! pins and disables) outlives a restart, so a quota wall the upstream
+//! named just before a restart is not hit again right after it.
+//!
+//! **One file per config file** ([`file_name`]): `routes-<hash of the
+//! config's path>.json`, `routes.json` for built-in defaults. The state dir
+//! is per user by default, so two `serve`s with different configs share it;
+//! each writes its whole state, read once at start, so with one file the
+//! last to write replaced what the other had saved since. Each config's
+//! own file is written by the one instance that serves it (a second one on
+//! the same config cannot bind the same listeners), so nothing is lost and
+//! no lock or merge is needed. `/status` `chain.stateFile` names the file.
 //!
 //! Read once at start; a file older than `[state] ttl_ms` is ignored, a
 //! corrupt or unreadable one is a warning, never a failed start. Written
@@ -15,14 +24,30 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 
 use crate::chain::decide::Now;
 use crate::chain::state::{ChainState, RoutesFile};
 use crate::clock::iso8601;
 use crate::config::Config;
 
-/// The file's name inside the state dir.
+/// The file's name inside the state dir when shimgate runs on built-in
+/// defaults (no config file).
 pub const ROUTES_FILE: &str = "routes.json";
+
+/// The route state file's name inside the state dir for the config loaded
+/// from `config` (as loaded: canonical): `routes-<16 hex digits of the
+/// SHA-256 of its path>.json`, or [`ROUTES_FILE`] without a config file.
+/// The path, not the content, names it: editing the config (or a reload)
+/// keeps its state; moving the file starts afresh.
+pub fn file_name(config: Option<&Path>) -> String {
+    let Some(path) = config else {
+        return ROUTES_FILE.to_owned();
+    };
+    let digest = Sha256::digest(path.as_os_str().as_encoded_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("routes-{hex}.json")
+}
 /// The writer saves at most this often.
 pub const DEBOUNCE: Duration = Duration::from_secs(1);
 /// After a change the writer waits this long before saving, so the rest of
@@ -46,6 +71,8 @@ struct Report {
 pub struct RouteStore {
     /// `None`: `ttl_ms = 0`, no file.
     path: Option<PathBuf>,
+    /// The config file it belongs to (`None`: built-in defaults).
+    config: Option<PathBuf>,
     ttl: Duration,
     report: Mutex<Report>,
 }
@@ -54,7 +81,8 @@ impl RouteStore {
     /// Reads the file of `config` (when it keeps one) into `chain`.
     pub fn open(config: &Config, chain: &ChainState, now: Now) -> RouteStore {
         let ttl = config.state_ttl;
-        let path = (!ttl.is_zero()).then(|| config.state_dir.join(ROUTES_FILE));
+        let name = file_name(config.source.as_deref());
+        let path = (!ttl.is_zero()).then(|| config.state_dir.join(name));
         let mut report = Report {
             start: "off",
             ..Report::default()
@@ -80,6 +108,7 @@ impl RouteStore {
         }
         RouteStore {
             path,
+            config: config.source.clone(),
             ttl,
             report: Mutex::new(report),
         }
@@ -89,6 +118,7 @@ impl RouteStore {
     pub fn off() -> RouteStore {
         RouteStore {
             path: None,
+            config: None,
             ttl: Duration::ZERO,
             report: Mutex::new(Report {
                 start: "off",
@@ -106,6 +136,7 @@ impl RouteStore {
         let r = self.report().clone();
         json!({
             "path": self.path.as_ref().map(|p| p.display().to_string()),
+            "config": self.config.as_ref().map(|p| p.display().to_string()),
             "ttlMs": self.ttl.as_millis() as u64,
             "atStart": r.start,
             "problem": r.problem,
@@ -202,7 +233,10 @@ fn read(path: &Path, ttl: Duration, now: SystemTime) -> Result<Loaded, String> {
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!("{ROUTES_FILE}.{}.tmp", std::process::id()));
+    let name = path
+        .file_name()
+        .map_or_else(|| ROUTES_FILE.into(), |n| n.to_string_lossy().into_owned());
+    let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
     let mut f = std::fs::File::create(&tmp)?;
     f.write_all(bytes)?;
     f.sync_all()?;
@@ -242,6 +276,19 @@ mod tests {
             fresh.snapshot(now).shims["trae"].routes["a"].cooldown,
             chain.snapshot(now).shims["trae"].routes["a"].cooldown
         );
+    }
+
+    #[test]
+    fn each_config_file_has_a_state_file_of_its_own() {
+        let a = file_name(Some(Path::new("/home/u/a/shimgate.toml")));
+        let b = file_name(Some(Path::new("/home/u/b/shimgate.toml")));
+        assert_ne!(a, b);
+        assert_eq!(a, file_name(Some(Path::new("/home/u/a/shimgate.toml"))));
+        assert!(
+            a.starts_with("routes-") && a.ends_with(".json") && a.len() == 28,
+            "{a}"
+        );
+        assert_eq!(file_name(None), ROUTES_FILE);
     }
 
     #[test]

@@ -241,8 +241,9 @@ pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCo
     // A pass-through request gets whatever came back, any status; 3xx is
     // never a failure.
     let judged = !spec.passthrough && !parts.status.is_redirection();
+    let codes = spec.error_codes.as_deref();
     if judged && !parts.status.is_success() {
-        return error_answer(parts, body, timeouts.idle).await;
+        return error_answer(parts, body, timeouts.idle, codes).await;
     }
     let is_sse = headers::is_event_stream(&parts.headers);
     match &spec.translator {
@@ -251,7 +252,7 @@ pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCo
         }
         // An event stream was asked for: a 2xx without one (a maintenance
         // page, a JSON error) is a failure, not an answer.
-        Some(_) if judged => not_a_stream(parts, body, timeouts.idle).await,
+        Some(_) if judged => not_a_stream(parts, body, timeouts.idle, codes).await,
         _ => {
             let mut headers = parts.headers;
             headers::strip_hop_by_hop(&mut headers);
@@ -282,17 +283,32 @@ async fn request(spec: &CallSpec, route: &Route) -> Result<Request<Full<Bytes>>,
     Ok(req)
 }
 
-/// An HTTP error answer: classified from its status and body, kept whole
-/// to be passed on verbatim.
-async fn error_answer(parts: http::response::Parts, body: Incoming, idle: Duration) -> PreCommit {
+/// The shim's business-code reading of an error body, when it has one.
+type Codes<'a> = Option<&'a (dyn Fn(u16, &[u8]) -> Option<Failure> + Send + Sync)>;
+
+/// An HTTP error answer, kept whole to be passed on verbatim: classified by
+/// the shim's business-code table first (the same as its in-band errors:
+/// TRAE `4008` on a 429 is `QUOTA`), then from its status and words.
+async fn error_answer(
+    parts: http::response::Parts,
+    body: Incoming,
+    idle: Duration,
+    codes: Codes<'_>,
+) -> PreCommit {
     let bytes = read_bounded(body, ERROR_BODY_LIMIT, idle).await;
     let text = String::from_utf8_lossy(&bytes);
-    let code = classify_http(parts.status.as_u16(), &text);
-    let mut failure = Failure::new(code, summary(&text)).with_status(parts.status.as_u16());
+    let status = parts.status.as_u16();
+    let known = codes.and_then(|c| c(status, &bytes));
+    let code = known
+        .as_ref()
+        .map_or_else(|| classify_http(status, &text), |f| f.code);
+    let mut failure = Failure::new(code, summary(&text)).with_status(status);
+    let (upstream_code, in_body) = known.map_or((None, None), |f| (f.upstream_code, f.retry_after));
+    failure.upstream_code = upstream_code;
     failure.retry_after = if code == FailureCode::Quota {
         // The latest reset the headers or the body state (capped later:
         // `rest::quota_rest`).
-        let body = policy::body_reset(&text, std::time::SystemTime::now());
+        let body = policy::body_reset(&text, std::time::SystemTime::now()).max(in_body);
         let (reset, source) = match (policy::stated_reset(&parts.headers), body) {
             (Some(h), Some(b)) if b > h => (Some(b), "a reset in the body"),
             (Some(h), _) => (Some(h), "Retry-After / x-ratelimit-reset"),
@@ -301,7 +317,7 @@ async fn error_answer(parts: http::response::Parts, body: Incoming, idle: Durati
         failure.stated_by = reset.map(|_| source);
         reset
     } else {
-        policy::retry_after(&parts.headers)
+        policy::retry_after(&parts.headers).or(in_body)
     };
     failed_whole(failure, parts, bytes)
 }
@@ -324,18 +340,28 @@ fn failed_whole(failure: Failure, parts: http::response::Parts, body: Bytes) -> 
 }
 
 /// A 2xx answer that is not the event stream the call asked for:
-/// classified from its text (default `SERVER`, retryable), kept whole.
-async fn not_a_stream(parts: http::response::Parts, body: Incoming, idle: Duration) -> PreCommit {
+/// classified by the shim's business-code table, else from its text
+/// (default `SERVER`, retryable), kept whole.
+async fn not_a_stream(
+    parts: http::response::Parts,
+    body: Incoming,
+    idle: Duration,
+    codes: Codes<'_>,
+) -> PreCommit {
     let bytes = read_bounded(body, ERROR_BODY_LIMIT, idle).await;
     let text = String::from_utf8_lossy(&bytes);
+    let known = codes.and_then(|c| c(parts.status.as_u16(), &bytes));
     let kind = parts
         .headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("no content-type")
         .to_owned();
-    let failure = Failure::new(
-        classify_text(&text),
+    let code = known
+        .as_ref()
+        .map_or_else(|| classify_text(&text), |f| f.code);
+    let mut failure = Failure::new(
+        code,
         format!(
             "{} {kind} where an event stream was asked for: {}",
             parts.status,
@@ -343,6 +369,10 @@ async fn not_a_stream(parts: http::response::Parts, body: Incoming, idle: Durati
         ),
     )
     .with_status(parts.status.as_u16());
+    if let Some(known) = known {
+        failure.upstream_code = known.upstream_code;
+        failure.retry_after = known.retry_after;
+    }
     failed_whole(failure, parts, bytes)
 }
 

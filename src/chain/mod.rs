@@ -26,7 +26,7 @@ mod response;
 
 pub use attempt::{error_chain, relay, sse_headers, ROUTE_HEADER, SWITCHED_FROM_HEADER};
 pub use outbound::{FixedOutbound, Outbound, OutboundFuture};
-pub use response::{ChainError, ChainResponse};
+pub use response::{ChainError, ChainResponse, LastInBand};
 pub mod breaker;
 pub mod budget;
 pub mod decide;
@@ -60,6 +60,11 @@ use state::{AttemptEntry, CallRecord, ChainState, Observed, Outcome, RouteReport
 /// Makes a fresh translator for each attempt.
 pub type TranslatorFactory = Arc<dyn Fn() -> Box<dyn StreamTranslator> + Send + Sync>;
 
+/// The shim's own reading of an upstream error answer (its business codes,
+/// [`shimgate_shim_api::Shim::http_error`]): status and body in, the
+/// failure when the body names a code the shim knows.
+pub type HttpErrorCodes = Arc<dyn Fn(u16, &[u8]) -> Option<Failure> + Send + Sync>;
+
 /// One call through the chain.
 pub struct CallSpec {
     /// Which shim's routes (also the ring-log label).
@@ -76,6 +81,9 @@ pub struct CallSpec {
     /// `None`: bytes pass unchanged and the attempt commits on a 2xx head.
     /// `Some`: an SSE answer is read frame by frame and held until content.
     pub translator: Option<TranslatorFactory>,
+    /// How the shim reads an error answer's business code; asked before
+    /// the status and the words (`None`: status and words only).
+    pub error_codes: Option<HttpErrorCodes>,
     /// Housekeeping calls (compaction, session titles): first route, one try.
     pub housekeeping: bool,
     /// When the client's request arrived (for the overhead histogram).
@@ -118,6 +126,7 @@ impl CallSpec {
             timeouts: config.timeouts.clone(),
             outbound,
             translator: None,
+            error_codes: None,
             housekeeping: false,
             received,
             secrets: Secrets::default(),
@@ -251,6 +260,9 @@ struct Driver<'a> {
     at: SystemTime,
     started: Instant,
     reports: Vec<RouteReport>,
+    /// The provider's in-band error of the call's last failed try, when
+    /// that try ended in one (what the agent reads if every route fails).
+    last_in_band: Option<Box<LastInBand>>,
     /// Where the head goes; taken when it is sent.
     head_tx: Option<oneshot::Sender<ChainResponse>>,
 }
@@ -263,6 +275,7 @@ async fn drive(ctx: ChainCtx, spec: CallSpec, head_tx: oneshot::Sender<ChainResp
         at: SystemTime::now(),
         started: Instant::now(),
         reports: Vec::new(),
+        last_in_band: None,
         head_tx: Some(head_tx),
     };
     let now = Now::system();
@@ -357,10 +370,12 @@ impl Driver<'_> {
             );
             match decision.next {
                 Next::Retry { wait } => {
+                    self.remember(leg, &failure, held);
                     warn!(shim = self.spec.shim, route = %leg.route.name, try_no = tries, code = %failure.code, reason = %failure.message, wait_ms = wait.as_millis() as u64, "attempt failed; retrying on the same route");
                     self.backoff(wait, leg, tries, started).await?;
                 }
                 Next::Switch | Next::Stop(Stop::Exhausted) => {
+                    self.remember(leg, &failure, held);
                     match leg.next {
                         Some(next) => {
                             warn!(shim = self.spec.shim, route = %leg.route.name, next = %next, code = %failure.code, reason = %failure.message, tries, "route failed; switching")
@@ -642,10 +657,26 @@ impl Driver<'_> {
         ControlFlow::Break(())
     }
 
-    /// Every route failed: one error listing each.
+    /// Keeps what a failed try that the call goes on from ended in: the
+    /// provider's in-band error, or nothing (a later failure of another
+    /// kind replaces an earlier in-band one).
+    fn remember(&mut self, leg: &Leg<'_>, failure: &Failure, held: Option<attempt::InBand>) {
+        self.last_in_band = held.map(|h| {
+            Box::new(LastInBand {
+                failure: failure.clone(),
+                route: leg.route.name.clone(),
+                translated: h.translated.freeze(),
+                native: h.native,
+            })
+        });
+    }
+
+    /// Every route failed: one error listing each (with the provider's
+    /// in-band error of the last try, when it ended in one).
     fn exhausted(&mut self) {
         let error = ChainError::Exhausted {
             reports: self.reports.clone(),
+            last: self.last_in_band.take(),
         };
         warn!(
             shim = self.spec.shim,
@@ -880,6 +911,7 @@ fn failure_answer(
     } else {
         ChainResponse::Failed(ChainError::Exhausted {
             reports: reports.to_vec(),
+            last: None,
         })
     }
 }

@@ -72,13 +72,33 @@ impl ChainResponse {
     }
 }
 
+/// The provider's own in-band error (a SOLO `event: error`, a qoder error
+/// envelope) that ended the last try of a call whose routes all failed:
+/// what the agent reads, in its own wire, instead of a JSON 502 its client
+/// cannot show ("token expired, sign in again").
+#[derive(Debug, Clone)]
+pub struct LastInBand {
+    /// The failure it was, and the route that gave it.
+    pub failure: Failure,
+    pub route: String,
+    /// The answer as the client of this call reads it (its translator's
+    /// frames up to the error).
+    pub translated: Bytes,
+    /// The upstream's own bytes up to the error.
+    pub native: Bytes,
+}
+
 /// Why a call produced no answer.
 #[derive(Debug, Clone)]
 pub enum ChainError {
     /// The shim has no routes configured.
     NoRoutes { shim: &'static str },
-    /// Every route failed.
-    Exhausted { reports: Vec<RouteReport> },
+    /// Every route failed; `last` is the provider's in-band error that
+    /// ended the last try, when it was one.
+    Exhausted {
+        reports: Vec<RouteReport>,
+        last: Option<Box<LastInBand>>,
+    },
     /// The user's rules (disables, route windows) leave no route to try:
     /// each route with why, and when the first window opens again.
     NoActiveRoute {
@@ -109,7 +129,7 @@ impl ChainError {
             ChainError::NoRoutes { shim } => format!(
                 "no routes are configured for the {shim} shim: add [[shims.{shim}.routes]] to the config"
             ),
-            ChainError::Exhausted { reports } => {
+            ChainError::Exhausted { reports, .. } => {
                 let tried = reports.iter().filter(|r| r.tries > 0).count();
                 let mut text = format!("all {} routes failed ({tried} tried)", reports.len());
                 for (i, r) in reports.iter().enumerate() {
@@ -158,8 +178,19 @@ impl ChainError {
         Failure::new(code, self.message())
     }
 
-    /// The 502 (or 503) JSON answer, listing each route.
+    /// The 502 (or 503) JSON answer, listing each route; or, when the last
+    /// try ended in the provider's own in-band error, that error as the
+    /// client reads it (a 200 stream in its wire; the route list is in
+    /// `/status.chain.calls` and the log).
     pub fn into_response(self) -> Response<Body> {
+        if let ChainError::Exhausted {
+            last: Some(last), ..
+        } = self
+        {
+            let mut resp = Response::new(body::full(last.translated));
+            *resp.headers_mut() = super::sse_headers(&last.route);
+            return resp;
+        }
         let (status, document) = self.into_json();
         body::json_response(status, &document)
     }
@@ -173,7 +204,7 @@ impl ChainError {
             _ => StatusCode::BAD_GATEWAY,
         };
         let routes: Vec<_> = match &self {
-            ChainError::Exhausted { reports } | ChainError::NoActiveRoute { reports, .. } => {
+            ChainError::Exhausted { reports, .. } | ChainError::NoActiveRoute { reports, .. } => {
                 reports.iter().map(RouteReport::to_json).collect()
             }
             _ => Vec::new(),

@@ -50,7 +50,7 @@ pub const DEFAULT_BREAKER_FAILURES: u32 = 5;
 pub const DEFAULT_BREAKER_OPEN_MS: u64 = 30_000;
 /// The longest an open breaker's period grows to by doubling (10 min).
 pub const DEFAULT_BREAKER_MAX_OPEN_MS: u64 = 600_000;
-/// How old `routes.json` may be and still be read at start (24 h).
+/// How old the route state file may be and still be read at start (24 h).
 pub const DEFAULT_STATE_TTL_MS: u64 = 86_400_000;
 /// TCP connect timeout.
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
@@ -355,9 +355,9 @@ pub struct Config {
     pub max_body_bytes: u64,
     pub client: ClientLimits,
     /// `[state] dir`: where shimgate keeps what outlives a restart (the
-    /// proxy identity key, `routes.json`).
+    /// proxy identity key, one route state file per config file).
     pub state_dir: PathBuf,
-    /// `[state] ttl_ms`: how old `routes.json` may be when read at start;
+    /// `[state] ttl_ms`: how old the route state file may be when read at start;
     /// zero = no route state file at all.
     pub state_ttl: Duration,
     pub admin: AdminConfig,

@@ -33,7 +33,7 @@ use crate::config::Config;
 use crate::http::body::ErrorCode;
 use crate::http::body::{self, Body, BoxError, ChannelBody};
 use crate::http::headers::{self, Secrets};
-use crate::http::read::{content_charsgth, read_body};
+use crate::http::read::{content_length, read_body};
 
 /// Agent headers passed on to the proxy: only ones that help it keep a
 /// session together (its conversation headers, unchanged). Credentials stay
@@ -89,7 +89,7 @@ pub(super) async fn handle<S: Shim>(
     async move {
         let stats = app.shim_stats(name);
         let live = app.live();
-        let declared = content_charsgth(&req);
+        let declared = content_length(&req);
         let (parts, incoming) = req.into_parts();
         let native = match read_body(incoming, declared, live.config.max_body_bytes).await {
             Ok(b) => b,
@@ -398,6 +398,7 @@ async fn direct<S: Shim>(
     let factory: TranslatorFactory = Arc::new(move || h.agent_translator(&shape, &original));
     let mut spec = CallSpec::new(config, name, "fallback", outbound, agent.received);
     spec.translator = Some(factory);
+    spec.error_codes = Some(host.error_codes());
     spec.housekeeping = housekeeping;
     spec.secrets = secrets;
     spec.conversation = agent.conversation;

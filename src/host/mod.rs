@@ -131,6 +131,13 @@ impl<S: Shim> Host<S> {
         self.exchanges.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The shim's reading of an upstream error answer's business code,
+    /// for the chain ([`Shim::http_error`]).
+    fn error_codes(self: &Arc<Self>) -> crate::chain::HttpErrorCodes {
+        let h = self.clone();
+        Arc::new(move |status, body| h.shim.http_error(status, body))
+    }
+
     /// What the agent reads when the ingress sends a request upstream
     /// itself: the return leg's output if that is its wire, else the
     /// upstream's own events classified by the return leg (one

@@ -117,7 +117,7 @@ pub fn for_proxy(resp: ChainResponse, cx: &ErrorContext<'_>) -> Response<Body> {
             failure_response(failure, &provider, context_tokens, &agent, cx.secrets)
         }
         ChainResponse::Verbatim { .. } => resp.into_response(),
-        ChainResponse::Failed(e) => chain_error_response(e.clone(), cx.secrets),
+        ChainResponse::Failed(e) => chain_error_response(e.clone(), cx),
     }
 }
 
@@ -142,12 +142,7 @@ fn failure_response(
     let (status, error) = match failure.code {
         FailureCode::ContextWindowExceeded => {
             let limit = context_limit_in(&provider).or(context_tokens);
-            let message = match limit {
-                Some(n) if context_limit_in(&provider).is_none() => {
-                    format!("{provider}; maximum context length is {n} tokens")
-                }
-                _ => provider.clone(),
-            };
+            let message = with_window(&provider, limit);
             (
                 StatusCode::BAD_REQUEST,
                 json!({"message": message, "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}),
@@ -180,18 +175,32 @@ fn failure_response(
 
 /// Every route failed (or none could be tried): `502
 /// AUTO_ROUTES_EXHAUSTED` with the per-route list, or `429` when every
-/// route that was tried was rate limited.
-fn chain_error_response(e: ChainError, secrets: &Secrets) -> Response<Body> {
+/// route that was tried was rate limited. `error.native` is what the agent
+/// reads: the provider's own in-band error of the last try in the agent's
+/// wire when it ended in one (whatever its class: an expired token, a quota
+/// wall, a server error), else the same JSON.
+fn chain_error_response(e: ChainError, cx: &ErrorContext<'_>) -> Response<Body> {
+    let secrets = cx.secrets;
     let direct = e.clone().into_json();
     let mut document = direct.1.clone();
-    let native = Native {
-        status: direct.0,
-        content_type: "application/json".into(),
-        retry_after: None,
-        body: Bytes::from(direct.1.to_string()),
+    let native = match &e {
+        ChainError::Exhausted {
+            last: Some(last), ..
+        } => Native {
+            status: StatusCode::OK,
+            content_type: "text/event-stream".into(),
+            retry_after: None,
+            body: replay((cx.agent_translator)(), &last.native),
+        },
+        _ => Native {
+            status: direct.0,
+            content_type: "application/json".into(),
+            retry_after: None,
+            body: Bytes::from(direct.1.to_string()),
+        },
     };
     let limited = match &e {
-        ChainError::Exhausted { reports } => {
+        ChainError::Exhausted { reports, .. } => {
             let tried: Vec<_> = reports.iter().filter(|r| r.tries > 0).collect();
             (!tried.is_empty() && tried.iter().all(|r| r.code == Some(FailureCode::RateLimit)))
                 .then(|| tried.iter().filter_map(|r| r.retry_after).min())
@@ -232,6 +241,26 @@ fn provider_message(failure: &Failure, http_body: Option<&Bytes>) -> String {
     from_body
         .filter(|m| !m.is_empty())
         .unwrap_or_else(|| failure.message.clone())
+}
+
+/// The provider's message with the window stated in billion-context's own
+/// words, `; maximum context length is N tokens`, whenever N is known
+/// (unless the message already says exactly that). bili reads the window
+/// only from the phrases it knows: "limit of 1000000." (TRAE's 4022) is
+/// not one of them (its pattern wants "token" right after the number), so
+/// a window read here by any reading is always restated.
+fn with_window(provider: &str, limit: Option<u64>) -> String {
+    match limit {
+        Some(n) => {
+            let phrase = format!("maximum context length is {n} tokens");
+            if provider.to_ascii_lowercase().contains(&phrase) {
+                provider.to_owned()
+            } else {
+                format!("{provider}; {phrase}")
+            }
+        }
+        None => provider.to_owned(),
+    }
 }
 
 /// The context window a provider's message names ("maximum context length
@@ -305,6 +334,25 @@ mod tests {
         );
         assert_eq!(context_limit_in("The prompt is too long"), None);
         assert_eq!(context_limit_in("limit of 200 tokens"), None, "under 1,000");
+    }
+
+    #[test]
+    fn the_window_is_stated_in_bili_s_words_whenever_it_is_known() {
+        let trae = "prompt tokens exceed the limit of 1000000.";
+        assert_eq!(
+            with_window(trae, context_limit_in(trae)),
+            "prompt tokens exceed the limit of 1000000.; maximum context length is 1000000 tokens"
+        );
+        let openai = "This model's maximum context length is 128000 tokens.";
+        assert_eq!(with_window(openai, context_limit_in(openai)), openai);
+        assert_eq!(
+            with_window("The prompt is too long", Some(64_000)),
+            "The prompt is too long; maximum context length is 64000 tokens"
+        );
+        assert_eq!(
+            with_window("The prompt is too long", None),
+            "The prompt is too long"
+        );
     }
 
     #[test]

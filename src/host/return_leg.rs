@@ -26,7 +26,7 @@ use crate::chain::{self, CallSpec, ChainResponse, TranslatorFactory};
 use crate::http::body::ErrorCode;
 use crate::http::body::{self, Body};
 use crate::http::headers::Secrets;
-use crate::http::read::{content_charsgth, read_body};
+use crate::http::read::{content_length, linger, read_body};
 
 /// Whether a return-leg body is a side request: not streamed, or a tiny
 /// `max_tokens` (bili leaves those alone: titles and the like). Side
@@ -95,13 +95,17 @@ async fn take<S: Shim>(
     req: Request<Incoming>,
 ) -> Result<Taken<S>, Response<Body>> {
     let name = host.shim.name();
+    // A refusal before the body is read lets the client finish sending it
+    // (read and dropped, bounded), so the answer reaches it.
     if req.method() != Method::POST {
+        linger(req.into_body());
         return Err(body::error_response(
             ErrorCode::MethodNotAllowed,
             "the return leg takes POST",
         ));
     }
     let Some(entry) = app.rids.get(rid).filter(|e| e.shim == name) else {
+        linger(req.into_body());
         return Err(gone(rid, "is unknown or expired"));
     };
     // The ingress's parsed copy while it is alive, else parse again.
@@ -113,17 +117,21 @@ async fn take<S: Shim>(
         Some(o) => o,
         None => match host.shim.fold(&entry.native) {
             Ok(f) => Arc::new(f.original),
-            Err(_) => return Err(gone(rid, "no longer parses")),
+            Err(_) => {
+                linger(req.into_body());
+                return Err(gone(rid, "no longer parses"));
+            }
         },
     };
     if !entry.claim() {
+        linger(req.into_body());
         return Err(gone(
             rid,
             "was already answered directly because the proxy failed first",
         ));
     }
     let config = app.config();
-    let declared = content_charsgth(&req);
+    let declared = content_length(&req);
     let limit = return_leg_limit(config.max_body_bytes);
     let bytes = read_body(req.into_body(), declared, limit)
         .await
@@ -217,6 +225,7 @@ async fn forward<S: Shim>(
     let secrets = Secrets::of(&entry.headers);
     let mut spec = CallSpec::new(config, name, "return", outbound, received);
     spec.translator = Some(factory);
+    spec.error_codes = Some(host.error_codes());
     spec.housekeeping = housekeeping;
     spec.secrets = secrets.clone();
     spec.conversation = entry.conversation.clone();

@@ -13,7 +13,7 @@ use crate::app::App;
 use crate::host::{self, passthrough, Shims};
 use crate::http::body::ErrorCode;
 use crate::http::body::{self, Body};
-use crate::http::read::{content_charsgth, read_body};
+use crate::http::read::{content_length, read_body};
 
 /// Handles one request on the listener of `shim`.
 pub async fn handle(
@@ -96,7 +96,7 @@ fn not_servable<T>(req: &Request<T>) -> Option<Response<Body>> {
 async fn forward(app: Arc<App>, shim: &'static str, req: Request<Incoming>) -> Response<Body> {
     let received = std::time::Instant::now();
     let limit = app.config().max_body_bytes;
-    let declared = content_charsgth(&req);
+    let declared = content_length(&req);
     let (parts, incoming) = req.into_parts();
     let bytes = match read_body(incoming, declared, limit).await {
         Ok(b) => b,

@@ -878,6 +878,158 @@ async fn the_return_leg_accepts_what_a_proxy_adds_within_its_own_limit() {
     run(&p.gate.trae, &up, cases).await;
 }
 
+/// Sends `head` and then all of `body` before reading a byte, as a naive
+/// client does, then reads one response: the write's error (if the server
+/// cut the connection while it was still sending) and what came back.
+async fn send_all_then_read(base: &str, head: &str, body: &[u8]) -> (Option<String>, Got) {
+    let mut s = TcpStream::connect(addr(base)).await.unwrap();
+    let mut sent = s.write_all(head.as_bytes()).await;
+    if sent.is_ok() {
+        sent = s.write_all(body).await;
+    }
+    let write_error = sent.err().map(|e| e.to_string());
+    let mut buf = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut read_error = None;
+    while whole_response(&buf).is_none() {
+        match tokio::time::timeout_at(deadline, s.read(&mut chunk)).await {
+            Ok(Ok(0)) => break,
+            Ok(Err(e)) => {
+                read_error = Some(e.to_string());
+                break;
+            }
+            Err(_) => break,
+            Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let status = text
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|r| r.get(..3))
+        .and_then(|c| c.parse().ok());
+    let body = whole_response(&buf)
+        .map(|(_, range)| buf[range].to_vec())
+        .unwrap_or_default();
+    let error = write_error
+        .map(|e| format!("write: {e}"))
+        .or(read_error.map(|e| format!("read: {e}")));
+    (error, Got { status, body, text })
+}
+
+#[tokio::test]
+async fn a_client_sending_far_over_a_bound_reads_the_413_it_was_promised() {
+    let up = Upstream::start(script).await;
+    let p = proxied(&up, "[limits]\nmax_body_bytes = 1024\n").await;
+    // Far over both bounds: max_body_bytes (ingress, pass-through) and the
+    // return leg's own (1024 + 4 MiB + 128).
+    let big = vec![b'x'; 8 * 1024 * 1024];
+    let chunked = {
+        let mut v = Vec::new();
+        for piece in big.chunks(64 * 1024) {
+            v.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+            v.extend_from_slice(piece);
+            v.extend_from_slice(b"\r\n");
+        }
+        v.extend_from_slice(b"0\r\n\r\n");
+        v
+    };
+    let sized = |target: &str| {
+        head(
+            "POST",
+            target,
+            &format!(
+                "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                big.len()
+            ),
+        )
+    };
+    let return_leg = format!("/trae/{}/chat/completions", p.trae_rid);
+    let cases: Vec<(&str, String, &[u8], u16, &str)> = vec![
+        (
+            "ingress, declared",
+            sized(trae::PATH),
+            &big,
+            413,
+            "over the 1024-byte limit",
+        ),
+        (
+            "ingress, chunked",
+            head("POST", trae::PATH, "Transfer-Encoding: chunked\r\n"),
+            &chunked,
+            413,
+            "over the 1024-byte limit",
+        ),
+        (
+            "qoder ingress, declared",
+            sized(qoder::PATH),
+            &big,
+            413,
+            "over the 1024-byte limit",
+        ),
+        (
+            "pass-through, declared",
+            sized(PT),
+            &big,
+            413,
+            "over the 1024-byte limit",
+        ),
+        (
+            "return leg, declared",
+            sized(&return_leg),
+            &big,
+            413,
+            "over the 4195456-byte limit",
+        ),
+        (
+            "return leg, chunked",
+            head("POST", &return_leg, "Transfer-Encoding: chunked\r\n"),
+            &chunked,
+            413,
+            "over the 4195456-byte limit",
+        ),
+        (
+            "return leg, an unknown rid",
+            sized("/trae/nosuchrid/chat/completions"),
+            &big,
+            410,
+            "is unknown or expired",
+        ),
+    ];
+    let mut failed = Vec::new();
+    for (name, head, body, status, reason) in cases {
+        let (error, got) = send_all_then_read(&p.gate.trae, &head, body).await;
+        let message = got.json()["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        eprintln!(
+            "{name}: the client read {:?} {message:?}{}",
+            got.status,
+            error
+                .as_deref()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default()
+        );
+        if error.is_some() || got.status != Some(status) || !message.contains(reason) {
+            failed.push(format!(
+                "{name}: want {status} {reason:?} with every byte sent, got {:?} ({}): {}",
+                got.status,
+                error.unwrap_or_default(),
+                got.text.chars().take(200).collect::<String>()
+            ));
+        }
+    }
+    assert!(failed.is_empty(), "\n  {}", failed.join("\n  "));
+    assert!(
+        up.requests().len() <= 2,
+        "nothing over the bound went upstream"
+    );
+    if let Err(e) = serves(&p.gate.trae, FINE).await {
+        panic!("{e}");
+    }
+}
+
 // ---------------------------------------------------------------------
 // 4. Lying lengths and smuggling.
 

@@ -145,12 +145,25 @@ async fn two_conversations_of_one_agent_are_two_bili_sessions() {
     );
 }
 
+/// How the model refuses the overflowing turn: its words (`None`: the
+/// default "… the limit of 16000 tokens") and the window bili must learn.
+struct Refusal {
+    words: Option<&'static str>,
+    window: u64,
+}
+
+/// The default refusal, naming the window the way bili reads it.
+const PLAIN: Refusal = Refusal {
+    words: None,
+    window: WINDOW,
+};
+
 /// A model refusal as too long reaches the agent in its own wire, bili
 /// learns the window from the return leg's `400 context_length_exceeded`,
 /// and the conversation shrinks right after. bili is given a window four
 /// times the model's, so without that lesson it would not compress at all
 /// in these turns.
-async fn overflow_then_shrink(wire: Wire) {
+async fn overflow_then_shrink(wire: Wire, refusal: Refusal) {
     let Some(dir) = bili::bundle() else { return };
     let s = stack(&dir, 4 * WINDOW).await;
     let (base, model) = match wire {
@@ -162,11 +175,15 @@ async fn overflow_then_shrink(wire: Wire) {
         let turn = c.turn(&base).await;
         assert_clean(&turn, &format!("turn {n}"), &s);
     }
-    model.overflow_next();
+    match refusal.words {
+        Some(words) => model.overflow_next_saying(words),
+        None => model.overflow_next(),
+    }
     let refused = c.turn(&base).await;
     let error = refused.error.clone().expect("the agent got an error");
     assert!(refused.problems.is_empty(), "{refused:?}");
-    assert!(error.to_string().contains("too long"), "{error}");
+    let said = refusal.words.unwrap_or("too long");
+    assert!(error.to_string().contains(said), "{error}");
     if wire == Wire::Trae {
         assert!(
             error.to_string().contains("4022"),
@@ -174,8 +191,11 @@ async fn overflow_then_shrink(wire: Wire) {
         );
     }
     let log = s.bili.log();
+    let learned = format!("learned real window {}", refusal.window);
+    let line = log.lines().find(|l| l.contains("context overflow"));
+    eprintln!("{wire:?} bili: {}", line.unwrap_or("(no overflow line)"));
     assert!(
-        log.contains(&format!("learned real window {WINDOW}")),
+        log.contains(&learned),
         "bili learned nothing from the overflow:\n{}",
         tail(&log)
     );
@@ -208,12 +228,41 @@ async fn overflow_then_shrink(wire: Wire) {
 
 #[tokio::test]
 async fn a_trae_context_overflow_reaches_the_agent_and_bili_shrinks_the_next_turns() {
-    overflow_then_shrink(Wire::Trae).await;
+    overflow_then_shrink(Wire::Trae, PLAIN).await;
 }
 
 #[tokio::test]
 async fn a_qoder_context_overflow_reaches_the_agent_and_bili_shrinks_the_next_turns() {
-    overflow_then_shrink(Wire::Qoder).await;
+    overflow_then_shrink(Wire::Qoder, PLAIN).await;
+}
+
+/// TRAE's own 4022 text names its window in words bili cannot read ("limit
+/// of N" with no "token" after it): shimgate restates it, bili learns it.
+#[tokio::test]
+async fn bili_learns_the_window_from_trae_s_own_4022_text() {
+    let words = "prompt tokens exceed the limit of 1000000.";
+    overflow_then_shrink(
+        Wire::Trae,
+        Refusal {
+            words: Some(words),
+            window: 1_000_000,
+        },
+    )
+    .await;
+}
+
+/// The same for a qoder refusal that names "limit of 200000".
+#[tokio::test]
+async fn bili_learns_the_window_from_a_qoder_refusal_naming_its_limit() {
+    let words = "The prompt is too long: it exceeds the limit of 200000.";
+    overflow_then_shrink(
+        Wire::Qoder,
+        Refusal {
+            words: Some(words),
+            window: 200_000,
+        },
+    )
+    .await;
 }
 
 #[tokio::test]

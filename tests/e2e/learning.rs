@@ -42,9 +42,17 @@ fn write(dir: &Path, toml: &str) -> PathBuf {
     file
 }
 
-/// Where `Served` keeps the state of `file` (`XDG_STATE_HOME` beside it).
+/// Where `Served` keeps the route state of `file` (`XDG_STATE_HOME`
+/// beside it, the file named for the config: one per config file).
 fn routes_json(file: &Path) -> PathBuf {
-    file.with_extension("state").join("shimgate/routes.json")
+    state_file_in(&file.with_extension("state"), file)
+}
+
+/// The route state file of `config` under `XDG_STATE_HOME` = `home`.
+fn state_file_in(home: &Path, config: &Path) -> PathBuf {
+    let canonical = std::fs::canonicalize(config).unwrap();
+    home.join("shimgate")
+        .join(shimgate::app::route_store::file_name(Some(&canonical)))
 }
 
 /// A TRAE agent's inference call.
@@ -168,6 +176,85 @@ async fn a_quota_cooldown_survives_a_restart_with_the_same_until() {
         1,
         "the cooling route is not hit again after the restart"
     );
+}
+
+/// Disables `route` on `served` and waits until `served`'s own state file
+/// has it.
+async fn disable(served: &Served, state_file: &Path, route: &str) {
+    let r = control(served, &format!("/routes/trae/{route}/disable"), json!({})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let saved = eventually(Duration::from_secs(5), || {
+        let ok = std::fs::read(state_file)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .is_some_and(|v| v["shims"]["trae"]["routes"][route]["disabled"] == true);
+        async move { ok }
+    })
+    .await;
+    assert!(
+        saved,
+        "{route} disabled never reached {}",
+        state_file.display()
+    );
+}
+
+/// The routes `/status` says are disabled by hand.
+async fn disabled(served: &Served) -> Vec<String> {
+    let mut out: Vec<String> =
+        order(&status(served).await["chain"]["ordering"]["effective"]["trae"])
+            .into_iter()
+            .filter(|(_, reason)| reason == "disabled")
+            .map(|(route, _)| route)
+            .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn two_instances_on_one_state_dir_keep_each_other_s_route_state() {
+    // Two `serve`s with different configs and the same (per user, by
+    // default) state dir; both have a route called `shared`.
+    let up = Upstream::always(ok_reply(1)).await;
+    let dir = tempdir();
+    let home = dir.join("xdg-state");
+    let env = [("XDG_STATE_HOME", home.to_str().unwrap())];
+    let a = dir.join("a.toml");
+    std::fs::write(&a, config(&[("a1", &up), ("a2", &up), ("shared", &up)], "")).unwrap();
+    let b = dir.join("b.toml");
+    std::fs::write(&b, config(&[("b1", &up), ("shared", &up)], "")).unwrap();
+    let (a_file, b_file) = (state_file_in(&home, &a), state_file_in(&home, &b));
+    assert_ne!(a_file, b_file);
+
+    let served_a = Served::start(&a, &[], &env);
+    disable(&served_a, &a_file, "a1").await;
+    let served_b = Served::start(&b, &[], &env);
+    disable(&served_b, &b_file, "b1").await;
+    disable(&served_a, &a_file, "a2").await;
+    disable(&served_a, &a_file, "shared").await;
+    let st = status(&served_a).await;
+    assert_eq!(
+        st["chain"]["stateFile"]["path"],
+        a_file.display().to_string(),
+        "/status names the instance's own file"
+    );
+    assert_eq!(
+        st["chain"]["stateFile"]["config"],
+        std::fs::canonicalize(&a).unwrap().display().to_string()
+    );
+    // A stops first: B's last write comes after A's.
+    served_a.stop();
+    served_b.stop();
+
+    let served_a = Served::start(&a, &[], &env);
+    assert_eq!(disabled(&served_a).await, ["a1", "a2", "shared"]);
+    let served_b = Served::start(&b, &[], &env);
+    assert_eq!(
+        disabled(&served_b).await,
+        ["b1"],
+        "B's `shared` is its own route: A's disable is not B's"
+    );
+    served_a.stop();
+    served_b.stop();
 }
 
 #[tokio::test]
@@ -534,6 +621,77 @@ async fn a_reset_an_upstream_states_is_honoured_but_capped_at_26_hours() {
         asked >= Duration::from_secs(89) && asked <= Duration::from_secs(95),
         "Retry-After 90 on a quota failure: {asked:?}"
     );
+}
+
+#[tokio::test]
+async fn an_http_error_s_business_code_classifies_it_first_and_a_quota_rests_the_route() {
+    // TRAE's 4008 on an HTTP 429 (research/wires.md §1.5): the shim's own
+    // table says QUOTA, so the stated reset rests the route (not a rate
+    // limit that is retried or left for a moment).
+    let message = "Your requests have exceeded the quota. Please try again later.";
+    let body = json!({"code": 4008, "message": message}).to_string();
+    let hour = Upstream::always(Reply::json_with(429, &[("retry-after", "3600")], &body)).await;
+    let days = Upstream::always(Reply::json_with(429, &[("retry-after", "360000")], &body)).await;
+    // A code the table knows decides over the status: 1002 (token
+    // expired) on a 500 is AUTH, left at once, not a server error retried.
+    let expired = json!({"code": 1002, "message": "token expired"}).to_string();
+    let auth = Upstream::always(Reply::json(500, &expired)).await;
+    let ok = Upstream::always(ok_reply(4)).await;
+    let dir = tempdir();
+    let extra = "[retry]\nmax_retries = 2\ninitial_delay_ms = 1\nmax_delay_ms = 5\n";
+    let file = write(
+        &dir,
+        &config(
+            &[
+                ("hour", &hour),
+                ("days", &days),
+                ("auth", &auth),
+                ("ok", &ok),
+            ],
+            extra,
+        ),
+    );
+    let served = Served::start(&file, &[], &[]);
+    let before = std::time::SystemTime::now();
+    assert_eq!(said(&call(&served).await), "r4");
+    let st = status(&served).await;
+    let routes = &st["chain"]["calls"][0]["routes"];
+    let codes: Vec<&str> = (0..4)
+        .map(|i| routes[i]["code"].as_str().unwrap_or("ok"))
+        .collect();
+    assert_eq!(codes, ["QUOTA", "QUOTA", "AUTH", "ok"], "{routes:#}");
+    assert_eq!(
+        (hour.hits(), days.hits(), auth.hits()),
+        (1, 1, 1),
+        "none retried in place"
+    );
+    let until = |i: usize| {
+        let text = st["chain"]["routes"]["trae"][i]["cooldownUntil"]
+            .as_str()
+            .unwrap_or_else(|| panic!("route {i} is not resting: {st:#}"));
+        humantime::parse_rfc3339(text)
+            .unwrap()
+            .duration_since(before)
+            .unwrap()
+    };
+    let rest = until(0);
+    assert!(
+        rest >= Duration::from_secs(3599) && rest <= Duration::from_secs(3605),
+        "Retry-After 3600 on a 4008: {rest:?}"
+    );
+    let capped = until(1);
+    assert!(
+        capped > Duration::from_secs(26 * 3600 - 60)
+            && capped <= Duration::from_secs(26 * 3600 + 5),
+        "100 h stated rests 26 h: {capped:?}"
+    );
+    assert!(
+        st["chain"]["routes"]["trae"][2]["cooldownUntil"].is_null(),
+        "AUTH does not rest a route"
+    );
+    // The resting routes are skipped on the next call.
+    assert_eq!(said(&call(&served).await), "r4");
+    assert_eq!((hour.hits(), days.hits()), (1, 1));
 }
 
 #[tokio::test]

@@ -12,7 +12,6 @@ mod chain;
 mod external;
 mod learning;
 mod lifecycle;
-mod openai_shim;
 mod operator;
 mod proxy_failures;
 mod pypi_proxies;

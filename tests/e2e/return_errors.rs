@@ -83,6 +83,129 @@ async fn a_trae_prompt_too_long_is_a_400_for_the_proxy_and_solo_4022_for_the_age
     assert_eq!(e.body["error"]["upstreamCode"], "4022");
 }
 
+/// The SOLO error a TRAE agent read, `(code, message)` as text.
+fn solo_error(resp: &client::Resp) -> Option<String> {
+    match digest(&resp.body).end {
+        End::Error(seen) => Some(format!("{:?}", seen.data)),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn a_trae_agent_reads_its_own_solo_error_of_every_class_through_a_proxy_and_directly() {
+    // (class, SOLO code, message, what the proxy gets)
+    let cases = [
+        ("auth", 1002, "token expired", 502),
+        ("quota", 4008, "Your requests have exceeded the quota.", 502),
+        (
+            "context window",
+            4022,
+            "prompt tokens exceed the limit of 1000000.",
+            400,
+        ),
+        ("server", 3003, "all models failed", 502),
+    ];
+    let mut failed = Vec::new();
+    for (class, code, message, proxy_status) in cases {
+        let up = Upstream::always(trae::reply(&trae::error_answer(code, message))).await;
+        let (gate, proxy) = trae_behind_proxy(&[&up], "").await;
+        let through = send_trae(&gate, "tok-1").await;
+        let direct_gate = Gate::start(&format!(
+            "[retry]\ninitial_delay_ms = 10\nmax_retries = 1\n[[shims.trae.routes]]\nname = \"t1\"\nurl = \"{}\"\n",
+            up.url()
+        ))
+        .await;
+        let direct = send_trae(&direct_gate, "tok-1").await;
+        for (how, resp) in [("through the proxy", &through), ("directly", &direct)] {
+            let seen = solo_error(resp);
+            let ok = resp.status == StatusCode::OK
+                && seen
+                    .as_deref()
+                    .is_some_and(|d| d.contains(&code.to_string()) && d.contains(message));
+            if !ok {
+                failed.push(format!(
+                    "{class} {how}: want a 200 SOLO error {code} {message:?}, got {} {}",
+                    resp.status,
+                    resp.text().chars().take(300).collect::<String>()
+                ));
+            }
+        }
+        let errors = proxy.errors();
+        match errors.first() {
+            Some(e) if e.status == proxy_status => {
+                if e.status == 502 {
+                    assert_eq!(e.body["error"]["code"], "AUTO_ROUTES_EXHAUSTED", "{class}");
+                    assert!(
+                        e.body["error"]["routes"][0]["reason"]
+                            .as_str()
+                            .unwrap()
+                            .contains(message),
+                        "{class}: {e:?}"
+                    );
+                }
+            }
+            other => failed.push(format!(
+                "{class}: the proxy should get {proxy_status}, got {other:?}"
+            )),
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+#[tokio::test]
+async fn the_last_try_decides_what_the_agent_reads_when_every_route_failed() {
+    let in_band = Upstream::always(trae::reply(&trae::error_answer(1002, "token expired"))).await;
+    let http = Upstream::always(Reply::json(500, "boom")).await;
+    // In-band last: the agent's own SOLO error.
+    let (gate, _proxy) = trae_behind_proxy(&[&http, &in_band], "").await;
+    let resp = send_trae(&gate, "tok-1").await;
+    assert!(
+        solo_error(&resp).is_some_and(|d| d.contains("1002")),
+        "{}",
+        resp.text()
+    );
+    // An HTTP failure last: the JSON 502 with the route list.
+    let (gate, _proxy) = trae_behind_proxy(&[&in_band, &http], "").await;
+    let resp = send_trae(&gate, "tok-1").await;
+    assert_eq!(resp.status, StatusCode::BAD_GATEWAY, "{}", resp.text());
+    assert_eq!(resp.json()["error"]["code"], "AUTO_ROUTES_EXHAUSTED");
+    assert_eq!(resp.json()["error"]["routes"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn a_qoder_agent_reads_its_own_error_frame_when_every_route_failed_in_band() {
+    let up = Upstream::always(
+        Reply::sse()
+            .chunk(qoder::error_envelope(
+                401,
+                r#"{"code":"101","message":"Signature invalid"}"#,
+            ))
+            .end(),
+    )
+    .await;
+    let base = format!(
+        "[[shims.qoder.routes]]\nname = \"q1\"\nurl = \"{}\"\n",
+        up.url()
+    );
+    let (gate, proxy) = Gate::behind_proxy(&base, "qoder", Options::default()).await;
+    let resp = qoder::send_hi(&gate.qoder).await;
+    assert_eq!(resp.status, StatusCode::OK, "{}", resp.text());
+    let (text, done, errors) = qoder::read_answer(&resp.body);
+    assert_eq!((text.as_str(), done, errors.len()), ("", true, 1));
+    assert!(
+        errors[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Signature invalid"),
+        "{errors:?}"
+    );
+    let e = &proxy.errors()[0];
+    assert_eq!(
+        (e.status, &e.body["error"]["code"]),
+        (502, &json!("AUTO_ROUTES_EXHAUSTED"))
+    );
+}
+
 #[tokio::test]
 async fn a_rate_limited_route_is_a_429_with_retry_after_for_the_proxy() {
     let up = Upstream::always(Reply::json_with(
@@ -141,8 +264,9 @@ async fn a_qoder_http_400_too_long_is_passed_to_the_agent_as_the_upstream_sent_i
     assert_eq!(e.status, 400);
     assert_eq!(e.body["error"]["code"], "context_length_exceeded");
     assert_eq!(
-        e.body["error"]["message"], "prompt is too long: the limit of 128000 tokens",
-        "the window is in the provider's words already: no suffix"
+        e.body["error"]["message"],
+        "prompt is too long: the limit of 128000 tokens; maximum context length is 128000 tokens",
+        "the window restated in bili's words (it reads only those)"
     );
 }
 

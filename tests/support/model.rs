@@ -8,7 +8,6 @@
 //! long for its window (`overflow_next`), in its wire's own words.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
@@ -45,7 +44,7 @@ pub struct Seen {
 pub struct Model {
     pub upstream: Upstream,
     seen: Arc<Mutex<Vec<Seen>>>,
-    overflow: Arc<AtomicBool>,
+    overflow: Overflow,
     /// Answers given, once each, before the model answers again (after the
     /// request passed the provider's checks).
     scripted: Arc<Mutex<std::collections::VecDeque<Reply>>>,
@@ -61,11 +60,15 @@ struct SeenIds {
 /// The window the model names when it refuses a request as too long.
 pub const MODEL_WINDOW: u64 = 16_000;
 
+/// The next request is refused as too long: `Some(None)` in the model's
+/// default words, `Some(Some(text))` in those.
+type Overflow = Arc<Mutex<Option<Option<String>>>>;
+
 impl Model {
     /// Starts a model speaking `wire`.
     pub async fn start(wire: Wire) -> Model {
         let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
-        let overflow = Arc::new(AtomicBool::new(false));
+        let overflow: Overflow = Arc::default();
         let ids: Arc<Mutex<SeenIds>> = Arc::default();
         let scripted: Arc<Mutex<std::collections::VecDeque<Reply>>> = Arc::default();
         let (s, o, q) = (seen.clone(), overflow.clone(), scripted.clone());
@@ -113,7 +116,13 @@ impl Model {
 
     /// Refuse the next request as longer than the window.
     pub fn overflow_next(&self) {
-        self.overflow.store(true, Ordering::SeqCst);
+        *self.overflow.lock().unwrap() = Some(None);
+    }
+
+    /// Refuse the next request as too long, with `message` as the
+    /// provider's words (TRAE's own 4022 text, say).
+    pub fn overflow_next_saying(&self, message: &str) {
+        *self.overflow.lock().unwrap() = Some(Some(message.to_owned()));
     }
 }
 
@@ -176,7 +185,7 @@ fn answer(
     body: &Value,
     n: usize,
     seen: &Mutex<Vec<Seen>>,
-    overflow: &AtomicBool,
+    overflow: &Mutex<Option<Option<String>>>,
 ) -> Reply {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let chars = content_chars(&messages);
@@ -188,9 +197,10 @@ fn answer(
         overflowed: false,
         problems: problems(wire, r, body),
     };
-    let reply = if overflow.swap(false, Ordering::SeqCst) {
+    let refuse = overflow.lock().unwrap().take();
+    let reply = if let Some(words) = refuse {
         record.overflowed = true;
-        too_long(wire, prompt_tokens)
+        too_long(wire, prompt_tokens, words)
     } else if let Some((start, end)) = nudge_range(&messages) {
         record.compressed = true;
         let args = json!({"topic": "earlier turns", "content": [{"startId": start, "endId": end,
@@ -341,11 +351,14 @@ fn tool_call(wire: Wire, id: &str, name: &str, args: &str, prompt_tokens: u64) -
     }
 }
 
-/// The model's refusal of a request too long for its window.
-fn too_long(wire: Wire, prompt_tokens: u64) -> Reply {
-    let message = format!(
-        "The prompt is too long: {prompt_tokens} tokens, the limit of {MODEL_WINDOW} tokens"
-    );
+/// The model's refusal of a request too long for its window, in `words`
+/// or its default ones.
+fn too_long(wire: Wire, prompt_tokens: u64, words: Option<String>) -> Reply {
+    let message = words.unwrap_or_else(|| {
+        format!(
+            "The prompt is too long: {prompt_tokens} tokens, the limit of {MODEL_WINDOW} tokens"
+        )
+    });
     match wire {
         Wire::Trae => super::trae::reply(&super::trae::error_answer(4022, &message)),
         Wire::Qoder => Reply::sse()

@@ -181,9 +181,20 @@ const QUOTA_WORDS: &[&str] = &[
     "insufficient_quota",
     "insufficient credits",
     "insufficient_credits",
+    // Gemini's 429 INSUFFICIENT_G1_CREDITS_BALANCE (research/peers.md).
+    "credits_balance",
     "quota exceeded",
     "quota_exceeded",
+    "quota has been exceeded",
+    "quota exhausted",
+    "quota_exhausted",
+    // TRAE 4008 ("Your requests have exceeded the quota.", research/wires.md
+    // §1.5), OpenAI's 429 insufficient_quota ("You exceeded your current
+    // quota").
+    "exceeded the quota",
+    "exceeded your quota",
     "exceeded your current quota",
+    "exhausted your quota",
     "out of credits",
     "credit balance is too low",
     "daily count exceeded",
@@ -208,6 +219,8 @@ const CONTEXT_WORDS: &[&str] = &[
     "maximum context",
     "context window",
     "prompt is too long",
+    // TRAE 4022's words ("prompt tokens exceed the limit of 1000000.").
+    "prompt tokens exceed",
     "request_too_large",
     "too many tokens",
     "input is too long",
@@ -293,11 +306,29 @@ mod tests {
     }
 
     #[test]
+    fn the_quota_phrasings_of_the_providers_are_quota() {
+        for body in [
+            "Your requests have exceeded the quota. Please try again later.",
+            "You exceeded your current quota, please check your plan",
+            "Your quota has been exceeded",
+            "quota exhausted for today",
+            "RESOURCE_EXHAUSTED: INSUFFICIENT_G1_CREDITS_BALANCE",
+        ] {
+            assert_eq!(classify_http(429, body), FailureCode::Quota, "{body}");
+            assert_eq!(classify_text(body), FailureCode::Quota, "{body}");
+        }
+    }
+
+    #[test]
     fn context_overflow_is_recognised_on_400_and_413() {
         let body = r#"{"error":{"code":"context_length_exceeded"}}"#;
         assert_eq!(classify_http(400, body), FailureCode::ContextWindowExceeded);
         assert_eq!(
             classify_http(413, "prompt is too long"),
+            FailureCode::ContextWindowExceeded
+        );
+        assert_eq!(
+            classify_http(400, "prompt tokens exceed the limit of 200000."),
             FailureCode::ContextWindowExceeded
         );
         assert_eq!(classify_http(400, "bad field"), FailureCode::Unsupported);

@@ -8,6 +8,7 @@
 
 use serde_json::Value;
 
+use crate::failure::Failure;
 use crate::translate::StreamTranslator;
 
 /// A native request folded into OpenAI form.
@@ -132,6 +133,20 @@ pub trait Shim: Send + Sync + 'static {
 
     /// A fresh ingress translator for one answer relayed by the proxy.
     fn ingress(&self, original: &Self::Original) -> Self::Ingress;
+
+    /// The class of an upstream error answer (a non-2xx, or a 2xx that is
+    /// not the stream asked for) by the provider's own business code in its
+    /// body, read with the same table as the shim's in-band errors, the code
+    /// as `upstream_code` and any wait the body states as `retry_after`.
+    /// Called once per such answer, before the runtime's own rules: `None`
+    /// (the body names no code the shim knows) leaves it to the status and
+    /// the words. `status` is the HTTP status.
+    ///
+    /// Default: `None`.
+    fn http_error(&self, status: u16, body: &[u8]) -> Option<Failure> {
+        let _ = (status, body);
+        None
+    }
 
     /// Whether the agent reads exactly what the return leg writes (bare
     /// OpenAI frames). When the ingress sends a request upstream itself (no

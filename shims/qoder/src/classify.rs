@@ -187,17 +187,34 @@ impl Found {
     }
 }
 
+/// The class of a qoder business code, `None` when the code is not known.
+pub fn code_class(code: &str) -> Option<FailureCode> {
+    Some(match code {
+        CODE_DUPLICATE => FailureCode::Duplicate,
+        CODE_DAILY_LIMIT => FailureCode::Quota,
+        CODE_QUEUE_THROTTLE => FailureCode::RateLimit,
+        CODE_BAD_SIGNATURE => FailureCode::Auth,
+        _ => return None,
+    })
+}
+
+/// The failure of an HTTP error body whose innermost business code the
+/// table knows (a `403` carrying the nested `10605` queue throttle is
+/// `RATE_LIMIT` with its `retryAfterSeconds`, not `AUTH`); `None` for any
+/// other body.
+pub fn http_error(status: u16, body: &[u8]) -> Option<Failure> {
+    let e = upstream_error(Some(status), body);
+    e.failure.upstream_code.as_deref().and_then(code_class)?;
+    Some(e.failure)
+}
+
 /// Known business codes first; then the envelope status; then an inner
 /// code that looks like an HTTP status (`{"code":"400","message":"[FAIL]…"}`
 /// inside a 200 envelope is the request's shape failing: unsupported); then
 /// the words.
 fn classify(status: Option<u16>, code: Option<&str>, text: &str) -> FailureCode {
-    match code {
-        Some(CODE_DUPLICATE) => return FailureCode::Duplicate,
-        Some(CODE_DAILY_LIMIT) => return FailureCode::Quota,
-        Some(CODE_QUEUE_THROTTLE) => return FailureCode::RateLimit,
-        Some(CODE_BAD_SIGNATURE) => return FailureCode::Auth,
-        _ => {}
+    if let Some(class) = code.and_then(code_class) {
+        return class;
     }
     let code_status = code
         .and_then(|c| c.parse::<u16>().ok())
@@ -262,6 +279,20 @@ mod tests {
             br#"{"code":"101","message":"Signature invalid"}"#,
         );
         assert_eq!(sig.failure.code, FailureCode::Auth);
+    }
+
+    #[test]
+    fn an_http_error_body_is_classified_by_its_innermost_business_code() {
+        let f = http_error(403, QUEUE_BODY.as_bytes()).unwrap();
+        assert_eq!(f.code, FailureCode::RateLimit);
+        assert_eq!(f.retry_after, Some(Duration::from_secs(30)));
+        let f = http_error(
+            429,
+            br#"{"code":110,"message":"Billing daily count exceeded"}"#,
+        );
+        assert_eq!(f.map(|f| f.code), Some(FailureCode::Quota));
+        assert_eq!(http_error(400, br#"{"code":"400","message":"bad"}"#), None);
+        assert_eq!(http_error(502, b"Bad Gateway"), None);
     }
 
     #[test]

@@ -21,7 +21,7 @@ mod scan;
 pub mod unwrap;
 
 use serde_json::Value;
-use shimgate_shim_api::{Folded, Shim, ShimError};
+use shimgate_shim_api::{Failure, Folded, Shim, ShimError};
 
 pub use ask::OriginalAsk;
 pub use unwrap::{QoderIngress, QoderReturnLeg, UsagePolicy};
@@ -103,6 +103,12 @@ impl Shim for QoderShim {
 
     fn ingress(&self, _original: &OriginalAsk) -> QoderIngress {
         QoderIngress::new()
+    }
+
+    /// A qoder business code in an HTTP error body (also nested, as the
+    /// queue throttle is) has the class it has in-band.
+    fn http_error(&self, status: u16, body: &[u8]) -> Option<Failure> {
+        classify::http_error(status, body)
     }
 
     /// The qoder agent reads bare OpenAI frames, the return leg's output.

@@ -92,6 +92,17 @@ impl SoloError {
     }
 }
 
+/// The failure of an HTTP error body that names a SOLO business code the
+/// table knows (`{"code":4008,"message":"Your requests have exceeded the
+/// quota."}` on a 429): the same class the code has in-band. `None` for any
+/// other body (not JSON, no code, or one the table does not know).
+pub fn http_error(body: &[u8]) -> Option<Failure> {
+    let e = SoloError::parse(body);
+    let code = e.code.as_deref()?.trim().parse::<i64>().ok()?;
+    code_class(code)?;
+    Some(e.failure())
+}
+
 /// The `type` of the OpenAI error frame written for a failure class.
 pub fn openai_error_type(code: FailureCode) -> &'static str {
     match code {
@@ -164,6 +175,22 @@ mod tests {
         assert_eq!(f.code, FailureCode::ContextWindowExceeded);
         assert_eq!(f.upstream_code.as_deref(), Some("4022"));
         assert_eq!(f.message, "prompt too long");
+    }
+
+    #[test]
+    fn an_http_error_body_is_classified_by_its_business_code() {
+        let f = http_error(br#"{"code":4008,"message":"Your requests have exceeded the quota."}"#)
+            .unwrap();
+        assert_eq!(f.code, FailureCode::Quota);
+        assert_eq!(f.upstream_code.as_deref(), Some("4008"));
+        let f = http_error(br#"{"error":{"code":"1002","message":"token expired"}}"#).unwrap();
+        assert_eq!(f.code, FailureCode::Auth);
+        assert_eq!(http_error(br#"{"code":7777,"message":"quota"}"#), None);
+        assert_eq!(
+            http_error(br#"{"error":{"code":"context_length_exceeded"}}"#),
+            None
+        );
+        assert_eq!(http_error(b"<html>502</html>"), None);
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! and benches use live in `shimgate-testkit` (`shims/testkit`).
 
 use serde_json::Value;
-use shimgate_shim_api::{Folded, Shim, ShimError};
+use shimgate_shim_api::{Failure, Folded, Shim, ShimError};
 
 pub mod classify;
 pub mod ext;
@@ -89,6 +89,12 @@ impl Shim for TraeShim {
 
     fn ingress(&self, _original: &Value) -> ToSolo {
         ToSolo::new()
+    }
+
+    /// A SOLO business code in an HTTP error body has the class it has
+    /// in-band (`4008` on a 429 is `QUOTA`, not a rate limit).
+    fn http_error(&self, _status: u16, body: &[u8]) -> Option<Failure> {
+        classify::http_error(body)
     }
 
     /// The account (`X-Uid`) outlives the access token, which the IDE

@@ -190,7 +190,7 @@ impl History {
 
     /// The `/status` members: `changes` (newest first), `today`,
     /// `outputSpeed` (the median of the samples in the unit most have).
-    pub fn to_json(&mut self, now: SystemTime) -> [(&'static str, Value); 3] {
+    pub fn status(&mut self, now: SystemTime) -> [(&'static str, Value); 3] {
         let today = *self.today(now);
         let by_tokens = self.speeds.iter().filter(|s| s.tokens).count() * 2 >= self.speeds.len();
         let mut rates: Vec<f64> = self
@@ -249,14 +249,14 @@ mod tests {
         let mut h = History::default();
         h.metered(meter(Some(100), Some(50), 400), Duration::from_secs(2), now);
         h.metered(meter(Some(100), Some(90), 400), Duration::from_secs(3), now);
-        let [_, today, speed] = h.to_json(now);
+        let [_, today, speed] = h.status(now);
         assert_eq!(speed.1["unit"], "tokens/s");
         assert_eq!(speed.1["perSecond"], 27.5, "median of 25 and 30");
         assert_eq!(today.1["promptTokens"], 200);
         assert_eq!(today.1["completionTokens"], 140);
         let mut bytes = History::default();
         bytes.metered(meter(None, None, 1000), Duration::from_millis(500), now);
-        let [_, _, speed] = bytes.to_json(now);
+        let [_, _, speed] = bytes.status(now);
         assert_eq!(
             (speed.1["unit"].clone(), speed.1["perSecond"].clone()),
             (json!("chars/s"), json!(2000.0))
@@ -264,7 +264,7 @@ mod tests {
         let mut instant = History::default();
         instant.metered(meter(None, Some(10), 0), Duration::from_millis(1), now);
         assert_eq!(
-            instant.to_json(now)[2].1["samples"],
+            instant.status(now)[2].1["samples"],
             0,
             "a one-piece answer is no sample"
         );
@@ -293,7 +293,7 @@ mod tests {
             };
             h.change(Change::plain(kind, now + Duration::from_secs(i as u64)));
         }
-        let [changes, ..] = h.to_json(now);
+        let [changes, ..] = h.status(now);
         let list = changes.1.as_array().unwrap().clone();
         assert_eq!(list.len(), CHANGES_PER_ROUTE);
         assert_eq!(list[0]["change"], "disabled", "the 15th, newest");

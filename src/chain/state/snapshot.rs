@@ -1,4 +1,4 @@
-//! What of the chain's memory outlives a restart (`routes.json`, DESIGN
+//! What of the chain's memory outlives a restart (the route state file, DESIGN
 //! §5): per route the counters, the last failure with its class and time,
 //! the cooldown and breaker deadlines as absolute wall times, the disable;
 //! per shim the pin. Latency and ranking samples stay in memory: a stale

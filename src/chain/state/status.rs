@@ -193,7 +193,7 @@ fn route_json(
                 .map(|(a, b)| format!("{a}-{b}"))
                 .collect::<Vec<_>>()),
         );
-        for (key, value) in rt.history.to_json(now.wall) {
+        for (key, value) in rt.history.status(now.wall) {
             m.insert(key.into(), value);
         }
     }

@@ -2,15 +2,26 @@
 //! added as a crate plus one line in `src/registry.rs`: it gets a config
 //! section, a listener, a `/status` section, `/metrics` series and the
 //! whole proxy path without any other change to the runtime.
+//!
+//! Built only with the `test-shims` feature (`required-features` in
+//! Cargo.toml; the test command passes `--all-features`). The feature is
+//! no dev-dependency of the package: Cargo unifies a dev-dependency's
+//! features into every build that has them, benches included, and the
+//! binary of a `cargo bench` (`target/release/shimgate`, where README
+//! sends users) would then offer `--shim openai`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "support/mod.rs"]
+mod support;
 
 use http::Method;
 use serde_json::json;
 
-use crate::support::client;
-use crate::support::conversation::filler;
-use crate::support::model::{Model, Wire};
-use crate::support::proxy::Options;
-use crate::support::Gate;
+use support::client;
+use support::conversation::filler;
+use support::model::{Model, Wire};
+use support::proxy::Options;
+use support::Gate;
 
 #[tokio::test]
 async fn a_third_shim_added_with_one_line_serves_the_whole_path() {
