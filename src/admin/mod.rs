@@ -1,7 +1,9 @@
-//! The admin surface on every listener (DESIGN §7, §8): `GET /status`,
-//! `GET /metrics`, `POST /reload`, the route hand controls (`POST
-//! /routes/…`, [`routes`]). They read the state the rest keeps and change
-//! only the config and the hand-set route state.
+//! The admin surface on every listener (DESIGN §7, §8, §9): `GET /status`,
+//! `GET /metrics`, `GET /switches`, the panel (`GET /ui`, [`ui`]), `POST
+//! /reload`, the route hand controls (`POST /routes/…`, [`routes`]) and
+//! the config writes (`POST /routes/{shim}/order`, `POST /ordering`,
+//! [`config_write`]). They read the state the rest keeps and change only
+//! the config and the hand-set route state.
 //!
 //! Every request under an admin prefix is answered here, whatever its
 //! method or path: first the trust rules ([`trust`]: Host, token, Origin),
@@ -15,6 +17,7 @@ pub mod reload;
 pub mod routes;
 pub mod status;
 pub mod trust;
+pub mod ui;
 
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -61,6 +64,7 @@ enum Endpoint {
     Switches,
     Reload,
     Ordering,
+    Ui(ui::Asset),
     Control(Control),
 }
 
@@ -74,6 +78,7 @@ impl Endpoint {
             "/switches" => Some(Endpoint::Switches),
             "/reload" => Some(Endpoint::Reload),
             "/ordering" => Some(Endpoint::Ordering),
+            _ if path.starts_with("/ui") => ui::Asset::at(path).map(Endpoint::Ui),
             _ => routes::parse(path).map(Endpoint::Control),
         }
     }
@@ -81,7 +86,9 @@ impl Endpoint {
     /// The method it takes (`HEAD` is served as `GET`).
     fn method(&self) -> Method {
         match self {
-            Endpoint::Status | Endpoint::Metrics | Endpoint::Switches => Method::GET,
+            Endpoint::Status | Endpoint::Metrics | Endpoint::Switches | Endpoint::Ui(_) => {
+                Method::GET
+            }
             Endpoint::Reload | Endpoint::Ordering | Endpoint::Control(_) => Method::POST,
         }
     }
@@ -181,6 +188,7 @@ async fn answer(app: &App, shims: &Shims, path: &str, req: Request<Incoming>) ->
         }
         Endpoint::Reload => reload::reload(app),
         Endpoint::Ordering => config_write::mode(app, req.into_body()).await,
+        Endpoint::Ui(asset) => asset.response(),
         Endpoint::Control(control) => routes::handle(app, control, req.into_body()).await,
     }
 }

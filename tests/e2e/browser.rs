@@ -1,11 +1,14 @@
 //! shimgate in a real browser (headless Chromium, `support::browser`):
-//! what a web page the user opens can do to it (DESIGN §7).
+//! what a web page the user opens can do to it (DESIGN §7), and the panel
+//! (DESIGN §9) shown and steered as a user would.
 
 use serde_json::json;
 
 use crate::support::bin::tempdir;
 use crate::support::browser::Browser;
+use crate::support::client;
 use crate::support::upstream::{Reply, Upstream};
+use crate::support::{qoder, trae, Gate};
 
 use super::trust::{gate_with_file, port_of, steerable, CONTROLS};
 
@@ -83,5 +86,114 @@ async fn attacks_from_web_pages_change_and_read_nothing() {
         "FIGURES browser attacks: {writes} cross-origin writes refused (FORBIDDEN_ORIGIN), {} cross-origin reads blocked, {} rebinding requests refused (FORBIDDEN_HOST)",
         cross["reads"].as_array().map_or(0, Vec::len),
         rebound.len()
+    );
+}
+
+/// The config the panel test edits: comments the writes must keep.
+fn panel_config(q_first: &Upstream, q_second: &Upstream, trae: &Upstream) -> String {
+    let hour = chrono::Utc::now()
+        .format("%H")
+        .to_string()
+        .parse::<u32>()
+        .unwrap();
+    // An hour range that does not hold now (the test process runs in UTC
+    // or whatever TZ says; shimgate reads the same zone).
+    let local_hour = chrono::Local::now()
+        .format("%H")
+        .to_string()
+        .parse::<u32>()
+        .unwrap_or(hour);
+    let night = format!("{}-{}", (local_hour + 2) % 24, (local_hour + 3) % 24);
+    format!(
+        "# shimgate for the panel test: these comments must survive every write\n\
+         [retry]\nmax_retries = 0          # switch at once\ninitial_delay_ms = 10\njitter_ratio = 0\n\n\
+         [ordering]\nmode = \"auto\"            # the panel switches this\n\n\
+         # the cheap channel first\n[[shims.qoder.routes]]\nname = \"q-first\"\nurl = \"{a}\"\n\n\
+         # the backup\n[[shims.qoder.routes]]\nname = \"q-second\"\nurl = \"{b}\"\n\n\
+         [[shims.trae.routes]]\nname = \"t-night\"\nurl = \"{c}\"\nactive_hours = [\"{night}\"]   # only at night\n\n\
+         [[shims.trae.routes]]\nname = \"t-day\"\nurl = \"{c}\"\n",
+        a = q_first.url(),
+        b = q_second.url(),
+        c = trae.url(),
+    )
+}
+
+/// A qoder answer that takes its time, so the route's output speed is
+/// measured (one piece at once says nothing of speed).
+fn slow_qoder_answer() -> Reply {
+    let frames = qoder::answer_frames("hello from the backup route", 40);
+    let (last, rest) = frames.split_last().unwrap();
+    let reply = rest.iter().fold(Reply::sse(), |r, f| r.chunk(f)).sleep(60);
+    reply.chunk(last).hold()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_panel_shows_and_steers_what_status_says() {
+    let Some(browser) = Browser::find() else {
+        return;
+    };
+    let quota = Reply::json_with(
+        402,
+        &[("retry-after", "7200")],
+        r#"{"error":{"message":"insufficient balance"}}"#,
+    );
+    let down = Reply::json(500, r#"{"error":{"message":"upstream down"}}"#);
+    let q_first = Upstream::sequence(vec![
+        quota,
+        down.clone(),
+        down.clone(),
+        down,
+        slow_qoder_answer(),
+    ])
+    .await;
+    let q_second = Upstream::always(slow_qoder_answer()).await;
+    let t_day = Upstream::always(trae::reply(&trae::answer("hi from trae", None, 30))).await;
+    let dir = tempdir();
+    let file = dir.join("shimgate.toml");
+    let mut text = panel_config(&q_first, &q_second, &t_day);
+    if cfg!(feature = "test-shims") {
+        // The test-only third shim stays out of the panel (and its picture).
+        text.push_str("\n[shims.openai]\nenabled = false\n");
+    }
+    std::fs::write(&file, text).unwrap();
+    let mut config = shimgate::config::Config::load(&file).unwrap();
+    config.listen_on_free_ports();
+    let gate = Gate::start_config(config).await;
+    let ask =
+        serde_json::to_string(&qoder::ask(&[json!({"role": "user", "content": "hi"})])).unwrap();
+    let trae_body = serde_json::to_string(&trae::body(&[trae::text("user", "hi")])).unwrap();
+    let shot = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/panel.png");
+    let params = json!({
+        "base": gate.qoder,
+        "qoder": gate.qoder,
+        "trae": gate.trae,
+        "qoderPath": qoder::PATH,
+        "qoderAsk": ask,
+        "traePath": trae::PATH,
+        "traeBody": trae_body,
+        "configFile": std::fs::canonicalize(&file).unwrap(),
+        "screenshot": shot,
+    });
+    let found = browser.run("panel", &params).await;
+    assert_eq!(found["console"], json!([]), "no console error or warning");
+    assert_eq!(found["foreign"], json!([]), "no request to another origin");
+    assert_eq!(
+        found["answerHead"],
+        json!({"x-shimgate-route": "q-second", "x-shimgate-switched-from": "q-first"})
+    );
+    assert_eq!(found["noActive"], json!([503, "NO_ACTIVE_ROUTE"]));
+    assert_eq!(found["adopted"], json!(["q-second", "q-first"]));
+    let switches = client::get(&format!("{}/switches?session=conv-42", gate.trae))
+        .await
+        .json();
+    let list = switches["switches"].as_array().unwrap();
+    assert_eq!(list.len(), 1, "{switches}");
+    assert_eq!(
+        (&list[0]["from"], &list[0]["to"], &list[0]["class"]),
+        (&json!("q-first"), &json!("q-second"), &json!("QUOTA"))
+    );
+    eprintln!(
+        "FIGURES panel: cooling {:?}; off-hours {:?}; refused write {:?}; live counter values {}; speed row {:?}; zh {}; screenshot {shot}",
+        found["cooling"], found["offHours"], found["refused"], found["liveValues"], found["speedRow"], found["zh"]
     );
 }

@@ -27,7 +27,7 @@ const TEXT = {
     changesH: "state changes", nextProbe: "next probe", allDay: "all day", until: "until",
     noFailures: "No route failed today.", failures: "failures", at: "at",
     time: "time", shim: "shim", kind: "kind", outcome: "outcome", took: "took", path: "how it went",
-    tries: "tries", skipped: "skipped", answered: "answered", noCalls: "No calls yet.",
+    tries: "tries", try: "try", skipped: "skipped", answered: "answered", noCalls: "No calls yet.",
     session: "conversation", from: "from", to: "to", cls: "class", noSwitches: "No switches yet.",
     noSession: "(no conversation id)", before: "before", after: "after", messages: "messages",
     chars: "characters", shrank: "shrank", unchanged: "unchanged", grew: "changed",
@@ -53,7 +53,7 @@ const TEXT = {
     score: "评分", lastFailure: "最近失败", window: "时段", changesH: "状态变化",
     nextProbe: "下次探测", allDay: "全天", until: "截止", noFailures: "今日没有线路失败。",
     failures: "失败次数", at: "时间", time: "时间", shim: "垫片", kind: "类型", outcome: "结果",
-    took: "耗时", path: "经过", tries: "次尝试", skipped: "跳过", answered: "应答",
+    took: "耗时", path: "经过", tries: "次尝试", try: "次尝试", skipped: "跳过", answered: "应答",
     noCalls: "尚无调用。", session: "会话", from: "从", to: "到", cls: "原因",
     noSwitches: "尚无切换。", noSession: "（无会话 ID）", before: "之前", after: "之后",
     messages: "条消息", chars: "字符", shrank: "已缩短", unchanged: "未变", grew: "有改动",
@@ -105,8 +105,9 @@ function button(name, text, action, attrs) {
   return `<button type="button" aria-label="${esc(name)}" data-action="${esc(JSON.stringify(action))}"${attrs || ""}>${esc(text)}</button>`;
 }
 
+// The shims that listen (a disabled one has nothing to show).
 function shimNames() {
-  return Object.keys(status.chain.routes);
+  return Object.keys(status.chain.routes).filter((s) => (status[`${s}Shim`] || {}).enabled !== false);
 }
 
 function renderShims() {
@@ -119,7 +120,7 @@ function renderShims() {
       : s.effective === true ? t("proxyLive") : s.effective === false ? t("proxyDown") : t("proxyNone");
     const error = s.lastError
       ? `<p><span class="muted">${esc(t("lastError"))} ${esc(local(s.lastErrorAt, true))}:</span> ${esc(s.lastError)}</p>` : "";
-    return `<div class="card"><h3>${esc(shim)} <span class="muted">${esc(s.listen || "")}</span></h3>
+    return `<div class="card"><h3>${esc(shim)} <span class="muted">${esc(s.boundAddress || s.listen || "")}</span></h3>
       <dl class="counters">${counters}${saved}</dl>${chart(s.history)}
       <p><span class="tag ${s.effective === true ? "ok" : "warn"}">${esc(proxy)}</span>
       ${s.compressor ? `<code>${esc(s.compressor)}</code>` : ""}</p>${error}</div>`;
@@ -239,14 +240,18 @@ function renderFailed() {
     <tbody>${rows}</tbody></table><p>${button("Restore all", t("restoreAll"), { post: "/routes/reset" })}</p>`;
 }
 
+function tries(n) {
+  return `${n} ${t(n === 1 ? "try" : "tries")}`;
+}
+
 function renderCalls() {
   const calls = status.chain.calls || [];
   if (!calls.length) return `<p class="muted">${esc(t("noCalls"))}</p>`;
   const rows = calls.slice(0, 20).map((c) => {
     const path = c.routes.map((r) => r.attempt === 0
       ? `<span class="muted">${esc(r.route)}: ${esc(t("skipped"))} (${esc(r.reason)})</span>`
-      : r.ok ? `<b>${esc(r.route)}</b> ${esc(t("answered"))} (${r.tries} ${esc(t("tries"))}, ${r.elapsedMs} ms)`
-        : `${esc(r.route)} <span class="tag bad">${esc(r.code || "")}</span> (${r.tries} ${esc(t("tries"))}, ${r.elapsedMs} ms)${r.reason ? ` <small>${esc(r.reason)}</small>` : ""}`).join(" → ");
+      : r.ok ? `<b>${esc(r.route)}</b> ${esc(t("answered"))} (${tries(r.tries)}, ${r.elapsedMs} ms)`
+        : `${esc(r.route)} <span class="tag bad">${esc(r.code || "")}</span> (${tries(r.tries)}, ${r.elapsedMs} ms)${r.reason ? ` <small>${esc(r.reason)}</small>` : ""}`).join(" → ");
     return `<tr><td>${esc(local(c.at, true))}</td><td>${esc(c.shim)}</td><td>${esc(c.kind)}</td>
       <td><span class="tag ${c.outcome === "ok" ? "ok" : "bad"}">${esc(c.outcome)}</span>${c.code ? ` ${esc(c.code)}` : ""}</td><td>${c.elapsedMs} ms</td><td>${path}</td></tr>`;
   }).join("");
