@@ -45,6 +45,10 @@ struct Snapshot {
     /// Per shim: retryable failures that switched because the retry
     /// budget was spent.
     budget_exhausted: Vec<(&'static str, u64)>,
+    /// Per shim: content characters the proxy took out.
+    chars_saved: Vec<(&'static str, u64)>,
+    /// Admin requests the trust rules refused, per rule.
+    refused: [(&'static str, u64); 3],
     /// Per shim: a handle on the live histogram (read as it is encoded).
     first_byte: Vec<(&'static str, Histogram)>,
     overhead: Vec<(&'static str, Histogram)>,
@@ -79,6 +83,8 @@ impl Snapshot {
                 .chain
                 .route_metrics(&routes, &config.ordering, Now::system()),
             budget_exhausted: app.chain.budget_exhausted_counts(registry::names()),
+            chars_saved: per_shim(&|s| app.shim_stats(s).chars_saved()),
+            refused: app.admin.refused_counts(),
             first_byte: names
                 .iter()
                 .map(|s| (*s, latency.first_byte(s).clone()))
@@ -140,6 +146,26 @@ impl Collector for Snapshot {
         )?;
         for (shim, n) in &self.budget_exhausted {
             m.encode_family(&[("shim", *shim)])?
+                .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+        }
+        let mut m = enc.encode_descriptor(
+            "shimgate_chars_saved",
+            "Content characters the compression proxy took out of folded requests, per shim.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (shim, n) in &self.chars_saved {
+            m.encode_family(&[("shim", *shim)])?
+                .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+        }
+        let mut m = enc.encode_descriptor(
+            "shimgate_admin_refused",
+            "Admin requests refused by the loopback trust rules, per code.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (code, n) in &self.refused {
+            m.encode_family(&[("code", *code)])?
                 .encode_counter::<NoLabelSet, _, u64>(n, None)?;
         }
         for (name, help, slots) in [

@@ -68,6 +68,16 @@ impl AdminState {
         self.refused[why as usize].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The refusals per code, for `/metrics`.
+    pub fn refused_counts(&self) -> [(&'static str, u64); 3] {
+        let count = |why: Refused| self.refused[why as usize].load(Ordering::Relaxed);
+        [
+            ("FORBIDDEN_HOST", count(Refused::Host)),
+            ("FORBIDDEN_ORIGIN", count(Refused::Origin)),
+            ("UNAUTHORIZED", count(Refused::Token)),
+        ]
+    }
+
     /// The `/status.admin` section (never the token).
     pub fn status(&self, config: &Config) -> Value {
         let count = |why: Refused| self.refused[why as usize].load(Ordering::Relaxed);

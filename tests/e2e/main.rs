@@ -13,6 +13,7 @@ mod external;
 mod learning;
 mod lifecycle;
 mod operator;
+mod panel_api;
 mod proxy_failures;
 mod pypi_proxies;
 mod qoder;

@@ -150,6 +150,8 @@ async fn metrics_parse_with_the_prometheus_client_parser() {
         ("shimgate_route_cooldown_seconds", "gauge"),
         ("shimgate_route_breaker_opens", "counter"),
         ("shimgate_retry_budget_exhausted", "counter"),
+        ("shimgate_chars_saved", "counter"),
+        ("shimgate_admin_refused", "counter"),
     ] {
         assert_eq!(families[family]["type"], kind, "{family}");
     }

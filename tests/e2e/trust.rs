@@ -54,13 +54,18 @@ pub fn steerable(status: &Value) -> Value {
 }
 
 /// Every state-changing admin request, as (path, body).
-pub const CONTROLS: [(&str, &str); 6] = [
+pub const CONTROLS: [(&str, &str); 8] = [
     ("/routes/qoder/q-first/disable", ""),
     ("/routes/qoder/pin", r#"{"route":"q-second"}"#),
     ("/routes/reset", ""),
     ("/reload", ""),
     ("/routes/qoder/q-first/restore", ""),
     ("/routes/trae/t-only/disable", ""),
+    (
+        "/routes/qoder/order",
+        r#"{"routes":["q-second","q-first"]}"#,
+    ),
+    ("/ordering", r#"{"mode":"manual"}"#),
 ];
 
 async fn send(method: Method, url: &str, headers: &[(&str, &str)], body: &str) -> Resp {
@@ -423,6 +428,20 @@ async fn a_remote_listener_needs_the_admin_token_and_never_shows_it() {
     .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text());
 
+    // The panel: `?token=` once, then an HttpOnly, SameSite=Strict cookie.
+    let r = send(Method::GET, &format!("{remote}/ui?token={token}"), &[], "").await;
+    assert_eq!(r.status, StatusCode::OK);
+    let cookie = r.headers["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().unwrap().to_string();
+    let r = send(Method::GET, &status, &[("cookie", &pair)], "").await;
+    assert_eq!(r.status, StatusCode::OK, "the cookie stands for the token");
+    let r = send(Method::GET, &format!("{remote}/ui?token=wrong"), &[], "").await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert!(r.headers.get("set-cookie").is_none());
     // The loopback listener needs none.
     assert_eq!(
         client::get(&format!("{}/status", served.trae)).await.status,
