@@ -138,35 +138,32 @@ impl Collector for Snapshot {
         )?
         .encode_gauge(&self.streams_in_flight)?;
         self.encode_routes(&mut enc)?;
-        let mut m = enc.encode_descriptor(
-            "shimgate_retry_budget_exhausted",
-            "Retryable failures that switched route because the retry budget was spent, per shim.",
-            None,
-            MetricType::Counter,
-        )?;
-        for (shim, n) in &self.budget_exhausted {
-            m.encode_family(&[("shim", *shim)])?
-                .encode_counter::<NoLabelSet, _, u64>(n, None)?;
-        }
-        let mut m = enc.encode_descriptor(
-            "shimgate_chars_saved",
-            "Content characters the compression proxy took out of folded requests, per shim.",
-            None,
-            MetricType::Counter,
-        )?;
-        for (shim, n) in &self.chars_saved {
-            m.encode_family(&[("shim", *shim)])?
-                .encode_counter::<NoLabelSet, _, u64>(n, None)?;
-        }
-        let mut m = enc.encode_descriptor(
-            "shimgate_admin_refused",
-            "Admin requests refused by the loopback trust rules, per code.",
-            None,
-            MetricType::Counter,
-        )?;
-        for (code, n) in &self.refused {
-            m.encode_family(&[("code", *code)])?
-                .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+        let labelled: [(&str, &str, &str, &[(&str, u64)]); 3] = [
+            (
+                "shimgate_retry_budget_exhausted",
+                "Retryable failures that switched route because the retry budget was spent, per shim.",
+                "shim",
+                &self.budget_exhausted,
+            ),
+            (
+                "shimgate_chars_saved",
+                "Content characters the compression proxy took out of folded requests, per shim.",
+                "shim",
+                &self.chars_saved,
+            ),
+            (
+                "shimgate_admin_refused",
+                "Admin requests refused by the loopback trust rules, per code.",
+                "code",
+                &self.refused,
+            ),
+        ];
+        for (name, help, label, values) in labelled {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (value, n) in values {
+                m.encode_family(&[(label, *value)])?
+                    .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+            }
         }
         for (name, help, slots) in [
             (

@@ -678,14 +678,20 @@ impl Driver<'_> {
             reports: self.reports.clone(),
             last: self.last_in_band.take(),
         };
+        self.fail(error);
+    }
+
+    /// Ends the call with `error`: logged once, answered, recorded.
+    fn fail(&mut self, error: ChainError) {
         warn!(
             shim = self.spec.shim,
             kind = self.spec.kind,
             "{}",
             error.message()
         );
+        let code = error.failure().code;
         self.answer(ChainResponse::Failed(error));
-        self.finish(Outcome::Failed, Some(FailureCode::AutoRoutesExhausted));
+        self.finish(Outcome::Failed, Some(code));
     }
 
     /// The first route this call tried, when it is not `leg`'s: the call
@@ -716,18 +722,10 @@ impl Driver<'_> {
             .filter(|s| s.reason == rank::Reason::OffHours)
             .filter_map(|s| s.until)
             .min();
-        let error = ChainError::NoActiveRoute {
+        self.fail(ChainError::NoActiveRoute {
             reports: self.reports.clone(),
             next_opening,
-        };
-        warn!(
-            shim = self.spec.shim,
-            kind = self.spec.kind,
-            "{}",
-            error.message()
-        );
-        self.answer(ChainResponse::Failed(error));
-        self.finish(Outcome::Failed, Some(FailureCode::NoActiveRoute));
+        });
     }
 
     /// Hands the head to the caller; `false` when the caller is gone.
