@@ -138,7 +138,7 @@ impl Collector for Snapshot {
         )?
         .encode_gauge(&self.streams_in_flight)?;
         self.encode_routes(&mut enc)?;
-        let labelled: [(&str, &str, &str, &[(&str, u64)]); 3] = [
+        let labelled: [LabelledFamily<'_>; 3] = [
             (
                 "shimgate_retry_budget_exhausted",
                 "Retryable failures that switched route because the retry budget was spent, per shim.",
@@ -192,6 +192,14 @@ impl Collector for Snapshot {
         Ok(())
     }
 }
+
+/// A counter family with one label: name, help, label name, values.
+type LabelledFamily<'a> = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'a [(&'static str, u64)],
+);
 
 /// A per-route family: name, help, and how to read its value.
 type RouteFamily = (&'static str, &'static str, fn(&RouteMetrics) -> u64);
@@ -312,6 +320,12 @@ mod tests {
                 breaker_opens: 3,
             }],
             budget_exhausted: vec![("trae", 4)],
+            chars_saved: vec![("qoder", 120)],
+            refused: [
+                ("FORBIDDEN_HOST", 2),
+                ("FORBIDDEN_ORIGIN", 0),
+                ("UNAUTHORIZED", 0),
+            ],
             first_byte: vec![("qoder", h)],
             overhead: vec![],
             uptime_seconds: 1.5,
