@@ -93,12 +93,12 @@ function set(id, html) {
   document.getElementById(id).innerHTML = html;
 }
 
-// A control's accessible name: "<verb> <route>", with " (<shim>)" when both
-// shims have a route of that name.
-function label(verb, shim, route) {
+// A control's accessible name: "<verb> <route>[ <rest>]", with " (<shim>)"
+// appended when another shim has a route of that name.
+function label(verb, shim, route, rest) {
   const names = Object.entries(status.chain.routes)
     .filter(([s, list]) => s !== shim && list.some((r) => r.name === route));
-  return `${verb} ${route}${names.length ? ` (${shim})` : ""}`;
+  return `${verb} ${route}${rest ? ` ${rest}` : ""}${names.length ? ` (${shim})` : ""}`;
 }
 
 function button(name, text, action, attrs) {
@@ -176,8 +176,8 @@ function renderChain() {
       if (i < names.length - 1) [down[i + 1], down[i]] = [down[i], down[i + 1]];
       const off = writable ? "" : " disabled";
       return `<tr><td>${i + 1}</td><td>${esc(r.name)}</td><td class="row">
-        ${button(label("Move", shim, r.name) + " up", t("moveUp"), { order: shim, routes: up }, i === 0 ? " disabled" : off)}
-        ${button(label("Move", shim, r.name) + " down", t("moveDown"), { order: shim, routes: down }, i === names.length - 1 ? " disabled" : off)}
+        ${button(label("Move", shim, r.name, "up"), t("moveUp"), { order: shim, routes: up }, i === 0 ? " disabled" : off)}
+        ${button(label("Move", shim, r.name, "down"), t("moveDown"), { order: shim, routes: down }, i === names.length - 1 ? " disabled" : off)}
         ${r.disabled ? button(label("Enable", shim, r.name), t("enable"), { post: routePath(shim, r.name, "enable") })
           : button(label("Disable", shim, r.name), t("disable"), { post: routePath(shim, r.name, "disable") })}
         ${pinned === r.name ? "" : button(label("Pin", shim, r.name), t("pin"), { pin: shim, route: r.name })}

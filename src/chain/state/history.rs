@@ -130,6 +130,9 @@ pub struct History {
 struct Today {
     /// The local midnight the figures count from (`None`: nothing yet).
     since: Option<SystemTime>,
+    /// The next local midnight (kept, so the zone is read once a day, not
+    /// at every answer).
+    ends: Option<SystemTime>,
     failures: u64,
     prompt_tokens: u64,
     completion_tokens: u64,
@@ -146,10 +149,18 @@ impl History {
 
     /// Today's figures at `now`, started afresh after local midnight.
     fn today(&mut self, now: SystemTime) -> &mut Today {
-        let midnight = window::day_start(now, Zone::LOCAL);
-        if self.today.since != Some(midnight) {
+        let current = match (self.today.since, self.today.ends) {
+            (Some(since), Some(ends)) => since <= now && now < ends,
+            _ => false,
+        };
+        if !current {
+            let since = window::day_start(now, Zone::LOCAL);
+            // 26 h on is inside the next local day, whatever daylight
+            // saving does to this one (23 to 25 h).
+            let ends = window::day_start(since + Duration::from_secs(26 * 3600), Zone::LOCAL);
             self.today = Today {
-                since: Some(midnight),
+                since: Some(since),
+                ends: Some(ends),
                 ..Today::default()
             };
         }
