@@ -41,6 +41,7 @@ use std::future::Future;
 use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -177,18 +178,7 @@ struct Inline {
 
 impl Inline {
     async fn head(&mut self) -> ChainResponse {
-        let (Some(drive), Some(head_rx)) = (self.drive.as_mut(), self.head_rx.as_mut()) else {
-            return ChainResponse::Failed(ChainError::Aborted);
-        };
-        let head = tokio::select! {
-            biased;
-            head = &mut *head_rx => head.ok(),
-            () = drive => {
-                // Finished: no stream follows; the head (if any) is waiting.
-                self.drive = None;
-                head_rx.try_recv().ok()
-            }
-        };
+        let head = std::future::poll_fn(|cx| self.poll_head(cx)).await;
         self.head_rx = None;
         let mut head = head.unwrap_or(ChainResponse::Failed(ChainError::Aborted));
         // A drive still running sent the head and streams on: from the
@@ -203,6 +193,27 @@ impl Inline {
             }
         }
         head
+    }
+
+    /// The head, looked for right after each poll of the drive, which is
+    /// the only place it is sent from. The receiver itself is never polled,
+    /// so it registers no waker and the send wakes nobody: a wake-up of
+    /// this very task would send it through the scheduler's queue (and
+    /// rouse the other worker) before the head could go out.
+    fn poll_head(&mut self, cx: &mut Context<'_>) -> Poll<Option<ChainResponse>> {
+        let (Some(drive), Some(head_rx)) = (self.drive.as_mut(), self.head_rx.as_mut()) else {
+            return Poll::Ready(None);
+        };
+        let finished = drive.as_mut().poll(cx).is_ready();
+        if finished {
+            // No stream follows; the head (if any) is waiting.
+            self.drive = None;
+        }
+        match head_rx.try_recv() {
+            Ok(head) => Poll::Ready(Some(head)),
+            Err(oneshot::error::TryRecvError::Empty) if !finished => Poll::Pending,
+            Err(_) => Poll::Ready(None),
+        }
     }
 }
 
