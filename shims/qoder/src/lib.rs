@@ -16,6 +16,7 @@ pub mod codec;
 pub mod cosy;
 mod envelope;
 pub mod frames;
+mod memo;
 mod oneline;
 mod scan;
 pub mod unwrap;
