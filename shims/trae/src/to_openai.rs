@@ -355,13 +355,38 @@ fn content_chars(o: &Output<'_>) -> u64 {
 
 /// `token_usage`'s counts, under either spelling SOLO uses.
 fn read_usage(data: &[u8], meter: &mut Meter) {
-    let Ok(v) = serde_json::from_slice::<Value>(data) else {
+    use shimgate_shim_api::json_scan::{as_u64, is_valid, last_member};
+    // Text `serde_json` refuses says nothing (as it did parsed).
+    if std::str::from_utf8(data).is_err() || !is_valid(data) {
         return;
+    }
+    // Off the text with the cursor; parsed whole only when a key is
+    // escaped (or the text is not JSON the cursor can walk).
+    let cursor = |names: [&[u8]; 2]| -> Result<Option<u64>, shimgate_shim_api::json_scan::Unsure> {
+        for name in names {
+            if let Some(n) = last_member(data, name)?.and_then(as_u64) {
+                return Ok(Some(n));
+            }
+        }
+        Ok(None)
     };
-    let count = |names: [&str; 2]| names.iter().find_map(|n| v.get(*n)?.as_u64());
-    meter.prompt_tokens = count(["prompt_tokens", "input_tokens"]).or(meter.prompt_tokens);
-    meter.completion_tokens =
-        count(["completion_tokens", "output_tokens"]).or(meter.completion_tokens);
+    let counts = cursor([b"prompt_tokens", b"input_tokens"])
+        .and_then(|p| Ok((p, cursor([b"completion_tokens", b"output_tokens"])?)));
+    let (prompt, completion) = match counts {
+        Ok(counts) => counts,
+        Err(_) => {
+            let Ok(v) = serde_json::from_slice::<Value>(data) else {
+                return;
+            };
+            let count = |names: [&str; 2]| names.iter().find_map(|n| v.get(*n)?.as_u64());
+            (
+                count(["prompt_tokens", "input_tokens"]),
+                count(["completion_tokens", "output_tokens"]),
+            )
+        }
+    };
+    meter.prompt_tokens = prompt.or(meter.prompt_tokens);
+    meter.completion_tokens = completion.or(meter.completion_tokens);
 }
 
 fn is_done_marker(ev: &SseEvent) -> bool {
