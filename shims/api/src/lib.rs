@@ -9,6 +9,7 @@ pub mod failure;
 pub mod json;
 pub mod json_scan;
 pub mod openai;
+pub mod repeat;
 pub mod shim;
 pub mod sse;
 pub mod translate;
