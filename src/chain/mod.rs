@@ -577,30 +577,38 @@ impl Driver<'_> {
         mut committed: attempt::Committed,
         probe: bool,
     ) -> ControlFlow<()> {
-        let gate = Gate { probe, open: false };
-        let decision = self.decide(Event::Committed, leg, tries, gate, Now::system(), true);
         let shim = self.spec.shim;
-        if leg.attempt == 1 && tries == 1 {
-            let overhead = self
-                .spec
+        // Only what the head needs comes before it: the head and the first
+        // content leave in this turn of the client's task, the books are
+        // kept right after (see `yield_to_head`).
+        let overhead = (leg.attempt == 1 && tries == 1).then(|| {
+            self.spec
                 .received
                 .elapsed()
-                .saturating_sub(committed.upstream_time);
-            self.ctx.state.latency.overhead(shim).observe(overhead);
-        }
-        let _streaming = self.ctx.state.stream_started();
-        let switched_from = self.switched_from(leg);
+                .saturating_sub(committed.upstream_time)
+        });
+        let switched_from = self.first_route_if_switched(leg);
         let (status, headers) = committed.head(&leg.route.name, switched_from.as_deref());
         let (body_tx, body) = ChannelBody::channel();
         committed.release_held(&body_tx);
         let route = leg.route.name.clone();
-        if !self.answer(ChainResponse::Stream {
+        let answered = self.answer(ChainResponse::Stream {
             status,
             headers,
             body,
             route,
-            switched_from,
-        }) {
+            switched_from: switched_from.clone(),
+        });
+        if answered {
+            yield_to_head().await;
+        }
+        if let Some(from) = switched_from {
+            self.log_switch(leg, from);
+        }
+        if let Some(overhead) = overhead {
+            self.ctx.state.latency.overhead(shim).observe(overhead);
+        }
+        if !answered {
             // Gone at the moment of commit: a ring-log entry but no route
             // report, as the driver has always logged it (the route list of
             // this call is left without the route that committed).
@@ -610,6 +618,9 @@ impl Driver<'_> {
             self.finish(Outcome::Aborted, Some(FailureCode::Aborted));
             return ControlFlow::Break(());
         }
+        let gate = Gate { probe, open: false };
+        let decision = self.decide(Event::Committed, leg, tries, gate, Now::system(), true);
+        let _streaming = self.ctx.state.stream_started();
         let ttft = committed.upstream_time;
         self.ctx
             .state
@@ -702,21 +713,28 @@ impl Driver<'_> {
     /// The first route this call tried, when it is not `leg`'s: the call
     /// switched, and the switch is logged (DESIGN §5 "Switches by
     /// conversation") with the failure that made it leave that route.
-    fn switched_from(&self, leg: &Leg<'_>) -> Option<String> {
+    fn first_route_if_switched(&self, leg: &Leg<'_>) -> Option<String> {
         let first = self.reports.iter().find(|r| r.tries > 0)?;
-        if first.route == leg.route.name {
-            return None;
-        }
+        (first.route != leg.route.name).then(|| first.route.clone())
+    }
+
+    /// Logs the switch from `from`, the first route the call tried, to
+    /// `leg`'s, with the failure that made it leave `from`.
+    fn log_switch(&self, leg: &Leg<'_>, from: String) {
+        let code = self
+            .reports
+            .iter()
+            .find(|r| r.tries > 0)
+            .and_then(|r| r.code);
         self.ctx.state.switched(state::Switch {
             at: SystemTime::now(),
             shim: self.spec.shim,
             conversation: self.spec.conversation.clone(),
-            from: first.route.clone(),
+            from,
             to: leg.route.name.clone(),
-            code: first.code,
+            code,
             call: self.call,
         });
-        Some(first.route.clone())
     }
 
     /// The user's rules leave no route: `503 NO_ACTIVE_ROUTE`, each route
@@ -882,6 +900,25 @@ fn skip_report(route: &str, code: Option<FailureCode>, reason: String) -> RouteR
         switched_to: None,
         retry_after: None,
     }
+}
+
+/// Suspends the drive once, right after it sent a stream's head, without
+/// asking to be woken: the caller takes the head at this return
+/// ([`Inline::poll_head`]) and hyper writes it with the held frames, and
+/// the body that the drive now feeds polls it again next
+/// ([`ChannelBody::fed_by`]: after that first write), as does the task the
+/// drive is handed to when the client has gone. The call's books are kept
+/// after the first content left, not before.
+async fn yield_to_head() {
+    let mut first = true;
+    std::future::poll_fn(|_| {
+        if std::mem::take(&mut first) {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
 }
 
 /// Resolves when the caller stopped waiting for the head (at once when
