@@ -44,7 +44,11 @@ impl UsagePolicy {
     /// `stream_options.include_usage` to `false`; usage on a finish chunk is
     /// always kept (it shares the frame with the finish).
     pub fn for_request(request: &Value) -> Self {
-        match request.pointer("/stream_options/include_usage") {
+        // Two lookups (`pointer` allocates a string per step).
+        match request
+            .get("stream_options")
+            .and_then(|o| o.get("include_usage"))
+        {
             Some(Value::Bool(false)) => UsagePolicy::DropUsageOnly,
             _ => UsagePolicy::Keep,
         }
@@ -423,10 +427,14 @@ fn read_usage(chunk: &[u8], meter: &mut Meter) {
 /// judged without the envelope scan, which every reading of such a frame
 /// ends in anyway (`inner`, bare).
 fn could_be_envelope(data: &[u8]) -> bool {
-    use memchr::memmem::find;
-    find(data, b"body").is_some()
-        || find(data, b"statusCodeValue").is_some()
-        || find(data, b"\\u").is_some()
+    use memchr::memmem::Finder;
+    use std::sync::LazyLock;
+    // Searchers built once: building one for every frame cost more than
+    // the search.
+    static BODY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"body"));
+    static STATUS: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"statusCodeValue"));
+    static ESCAPE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\\u"));
+    BODY.find(data).is_some() || STATUS.find(data).is_some() || ESCAPE.find(data).is_some()
 }
 
 fn end(out: &mut BytesMut) -> FrameClass {

@@ -113,8 +113,10 @@ impl ToOpenAi {
         head.extend_from_slice(b",\"model\":");
         jw::string(&mut head, model);
         head.extend_from_slice(b",\"choices\":[");
+        // Two lookups (`pointer` allocates a string per step).
         let include_usage = request
-            .pointer("/stream_options/include_usage")
+            .get("stream_options")
+            .and_then(|o| o.get("include_usage"))
             .and_then(Value::as_bool)
             != Some(false);
         ToOpenAi {

@@ -140,7 +140,7 @@ impl ToSolo {
             if let Some(text) = m.around.contents(data) {
                 // The full reading leaves a chunk naming `x_solo` to the
                 // `Value` reading; a key cannot straddle the text's quotes.
-                if memchr::memmem::find(text, EXT_KEY.as_bytes()).is_some() {
+                if names_ext(text) {
                     return None;
                 }
                 let start = offset_in(data, text)?;
@@ -489,6 +489,14 @@ impl ToSolo {
     }
 }
 
+/// Whether `text` names the extension key anywhere (a searcher built
+/// once: building one for every frame cost more than the search).
+fn names_ext(text: &[u8]) -> bool {
+    static FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(EXT_KEY.as_bytes()));
+    FINDER.find(text).is_some()
+}
+
 /// `""`, the literal of an absent or null text.
 const EMPTY_LITERAL: &[u8] = b"\"\"";
 
@@ -500,7 +508,7 @@ const EMPTY_LITERAL: &[u8] = b"\"\"";
 /// where it is read, the rest where it is skipped.
 fn plain_delta_texts(data: &[u8]) -> Option<(Text, Text)> {
     // A carrier (most non-content frames) is the `Value` reading's anyway.
-    if memchr::memmem::find(data, EXT_KEY.as_bytes()).is_some() {
+    if names_ext(data) {
         return None;
     }
     std::str::from_utf8(data).ok()?;
@@ -601,7 +609,7 @@ struct CarrierFields<'a> {
 /// without escapes, a plain integer `retry`) and whose `data` is
 /// [`canonical`]; `None` for any other chunk (the `Value` reading takes it).
 fn carrier_fields(chunk: &[u8]) -> Option<CarrierFields<'_>> {
-    memchr::memmem::find(chunk, EXT_KEY.as_bytes())?;
+    names_ext(chunk).then_some(())?;
     let text = std::str::from_utf8(chunk).ok()?;
     let mut c = Cursor::strict(chunk);
     c.enter_object()?;
