@@ -972,10 +972,17 @@ pub fn is_housekeeping(body: &[u8]) -> bool {
             .is_ok_and(|v| purpose_is_housekeeping(&v))
 }
 
-/// [`is_housekeeping`] of a body whose parse is at hand (`parsed` is
-/// `body` parsed): the same answer without parsing it again.
-pub fn is_housekeeping_parsed(body: &[u8], parsed: &serde_json::Value) -> bool {
-    names_purpose(body) && purpose_is_housekeeping(parsed)
+/// [`is_housekeeping`] of a body held as checked text: its `purpose` read
+/// alone, and only when the text names one.
+pub fn is_housekeeping_text(body: &shimgate_shim_api::OpenAiBody) -> bool {
+    names_purpose(body.as_bytes())
+        && body
+            .get("purpose")
+            .and_then(|p| {
+                p.as_str()
+                    .map(|p| p == "compaction" || p == "session-title")
+            })
+            .unwrap_or(false)
 }
 
 fn names_purpose(body: &[u8]) -> bool {

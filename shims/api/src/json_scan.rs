@@ -177,6 +177,135 @@ pub fn as_u64(raw: &[u8]) -> Option<u64> {
     std::str::from_utf8(raw).ok()?.parse().ok()
 }
 
+/// Whether `raw` (one JSON value a strict cursor accepted) is written
+/// exactly as `serde_json` writes the value it holds: no whitespace, each
+/// string with only the escapes `serde_json` writes (`\"`, `\\`, `\b`,
+/// `\f`, `\n`, `\r`, `\t`, `\u00xx` for the other control bytes), numbers
+/// that are integers it keeps as such (no fraction or exponent, no `-0`,
+/// within 64 bits), objects without a repeated key. Such text can stand
+/// for the value's serialisation (`Value::to_string`) without a parse.
+pub fn is_canonical(raw: &[u8]) -> bool {
+    let mut at = 0;
+    canonical_value(raw, &mut at, 0) && at == raw.len()
+}
+
+fn canonical_value(raw: &[u8], at: &mut usize, depth: u32) -> bool {
+    if depth > MAX_DEPTH {
+        return false;
+    }
+    match raw.get(*at) {
+        Some(b'"') => canonical_string(raw, at).is_some(),
+        Some(b'{') => {
+            *at += 1;
+            let mut keys: Vec<&[u8]> = Vec::new();
+            if raw.get(*at) == Some(&b'}') {
+                *at += 1;
+                return true;
+            }
+            loop {
+                let Some(key) = canonical_string(raw, at) else {
+                    return false;
+                };
+                if keys.contains(&key) || raw.get(*at) != Some(&b':') {
+                    return false;
+                }
+                keys.push(key);
+                *at += 1;
+                if !canonical_value(raw, at, depth + 1) {
+                    return false;
+                }
+                match raw.get(*at) {
+                    Some(b',') => *at += 1,
+                    Some(b'}') => {
+                        *at += 1;
+                        return true;
+                    }
+                    _ => return false,
+                }
+            }
+        }
+        Some(b'[') => {
+            *at += 1;
+            if raw.get(*at) == Some(&b']') {
+                *at += 1;
+                return true;
+            }
+            loop {
+                if !canonical_value(raw, at, depth + 1) {
+                    return false;
+                }
+                match raw.get(*at) {
+                    Some(b',') => *at += 1,
+                    Some(b']') => {
+                        *at += 1;
+                        return true;
+                    }
+                    _ => return false,
+                }
+            }
+        }
+        Some(b't') | Some(b'f') | Some(b'n') => {
+            for word in [&b"true"[..], b"false", b"null"] {
+                if raw.get(*at..*at + word.len()) == Some(word) {
+                    *at += word.len();
+                    return true;
+                }
+            }
+            false
+        }
+        Some(_) => {
+            let start = *at;
+            while matches!(raw.get(*at), Some(b'-' | b'0'..=b'9')) {
+                *at += 1;
+            }
+            let token = raw.get(start..*at).unwrap_or_default();
+            let digits = token.strip_prefix(b"-").unwrap_or(token);
+            let fits = std::str::from_utf8(token)
+                .ok()
+                .is_some_and(|t| t.parse::<i64>().is_ok() || t.parse::<u64>().is_ok());
+            fits && !digits.is_empty()
+                && token != b"-0"
+                && !matches!(raw.get(*at), Some(b'.' | b'e' | b'E'))
+        }
+        None => false,
+    }
+}
+
+/// A canonical string at `at` (its contents, and `at` moved past it).
+fn canonical_string<'a>(raw: &'a [u8], at: &mut usize) -> Option<&'a [u8]> {
+    if raw.get(*at) != Some(&b'"') {
+        return None;
+    }
+    let start = *at + 1;
+    let mut i = start;
+    loop {
+        i += plain_run(raw.get(i..)?);
+        match raw.get(i)? {
+            b'"' => {
+                *at = i + 1;
+                return raw.get(start..i);
+            }
+            b'\\' => match raw.get(i + 1)? {
+                b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
+                b'u' => {
+                    let hex = raw.get(i + 2..i + 6)?;
+                    let lower = hex
+                        .iter()
+                        .all(|h| h.is_ascii_digit() || (b'a'..=b'f').contains(h));
+                    let unit = u32::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
+                    let short = matches!(unit, 0x08 | 0x09 | 0x0a | 0x0c | 0x0d);
+                    if !lower || unit >= 0x20 || short {
+                        return None;
+                    }
+                    i += 6;
+                }
+                _ => return None,
+            },
+            _ => return None,
+        }
+    }
+}
+
 /// Whether a raw JSON string literal is the empty string `""`.
 pub fn is_empty_string(raw: &[u8]) -> bool {
     raw == b"\"\""
@@ -1072,5 +1201,73 @@ mod tests {
             }
         }
         assert_eq!(last_member(br#"{"us\u0061ge":1}"#, b"usage"), Err(Unsure));
+    }
+
+    #[test]
+    fn canonical_text_is_what_serde_json_writes() {
+        let mut rng = fastrand::Rng::with_seed(9);
+        let samples = [
+            r#"{"a":1,"b":[true,false,null],"c":"x\"y\\z\n\u0001"}"#,
+            r#"{"a" : 1}"#,
+            r#"{"a":1.0}"#,
+            r#"{"a":1e2}"#,
+            r#"{"a":-0}"#,
+            r#"{"a":-5}"#,
+            r#"{"a":18446744073709551615}"#,
+            r#"{"a":18446744073709551616}"#,
+            r#"{"a":"\/"}"#,
+            r#"{"a":"\u00e9"}"#,
+            r#"{"a":"\u001F"}"#,
+            r#"{"a":"\u000a"}"#,
+            r#"{"a":1,"a":2}"#,
+            r#"[{"x":[]},{},"é"]"#,
+            "\"plain\"",
+            "12",
+        ];
+        for text in samples {
+            let v: serde_json::Value = serde_json::from_str(text).unwrap();
+            // Sound (canonical text is the serialisation); fractions are
+            // left to a parse even where they would match.
+            if is_canonical(text.as_bytes()) {
+                assert_eq!(v.to_string(), text);
+            } else {
+                let written = v.to_string();
+                assert!(written != text || text.contains('.'), "{text}");
+            }
+        }
+        // Generated values written by serde_json are canonical.
+        for _ in 0..300 {
+            let v = generated_value(&mut rng, 0);
+            let text = v.to_string();
+            assert!(is_canonical(text.as_bytes()), "{text}");
+        }
+    }
+
+    fn generated_value(rng: &mut fastrand::Rng, depth: u32) -> serde_json::Value {
+        use serde_json::json;
+        match rng.u8(..8) {
+            0 if depth < 4 => serde_json::Value::Array(
+                (0..rng.usize(..4))
+                    .map(|_| generated_value(rng, depth + 1))
+                    .collect(),
+            ),
+            1 if depth < 4 => {
+                let mut m = serde_json::Map::new();
+                for i in 0..rng.usize(..4) {
+                    m.insert(format!("k{i}\u{1}\"é"), generated_value(rng, depth + 1));
+                }
+                serde_json::Value::Object(m)
+            }
+            2 => json!(rng.i64(..)),
+            3 => json!(rng.u64(..)),
+            4 => json!(rng.bool()),
+            5 => serde_json::Value::Null,
+            _ => {
+                let s: String = (0..rng.usize(..12))
+                    .map(|_| char::from_u32(rng.u32(..0x300)).unwrap_or('x'))
+                    .collect();
+                json!(s)
+            }
+        }
     }
 }

@@ -5,6 +5,7 @@
 //! This crate opens no sockets and knows nothing of retries; a shim built on
 //! it turns bytes and JSON into bytes and JSON, which keeps it easy to fuzz.
 
+pub mod body;
 pub mod failure;
 pub mod json;
 pub mod json_scan;
@@ -14,6 +15,7 @@ pub mod shim;
 pub mod sse;
 pub mod translate;
 
+pub use body::OpenAiBody;
 pub use failure::{Failure, FailureCode};
 pub use shim::{answer_shape, Folded, Shim, ShimError};
 pub use translate::{translate_all, Drive, FrameClass, StreamTranslator};
