@@ -84,6 +84,9 @@ fn summarize_one(m: &Value) -> MessageSummary {
 /// or repeated key) is parsed alone; so is a value that is not written as
 /// `serde_json` writes it, where the hash reads its serialisation.
 pub fn summarize_text(body: &OpenAiBody) -> Vec<MessageSummary> {
+    if let Some(parsed) = body.parsed() {
+        return summarize(parsed);
+    }
     match body.member("messages") {
         Ok(Some(raw)) if raw.first() == Some(&b'[') => {
             summarize_list(raw).unwrap_or_else(|| summarize(body.value()))

@@ -155,8 +155,9 @@ async fn take<S: Shim>(
     let bytes = read_body(req.into_body(), declared, limit)
         .await
         .map_err(|e| e.into_response())?;
-    let openai =
-        OpenAiBody::parse(bytes).map_err(|e| body::error_response(ErrorCode::BadRequest, &e.0))?;
+    // Parsed whole: restore rewrites the body from its parse.
+    let openai = OpenAiBody::parse_whole(bytes)
+        .map_err(|e| body::error_response(ErrorCode::BadRequest, &e.0))?;
     Ok(Taken {
         entry,
         original,

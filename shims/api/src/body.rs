@@ -38,9 +38,10 @@ impl OpenAiBody {
         }
     }
 
-    /// A body from outside (the proxy's), checked as `serde_json` would
-    /// read it: `Err` with `serde_json`'s reason when it is not JSON, or a
-    /// note when it is JSON but not an object.
+    /// A body from outside (the proxy's), checked with the strict reading
+    /// (which accepts exactly what `serde_json` accepts): `Err` with
+    /// `serde_json`'s reason when it is not JSON, or a note when it is JSON
+    /// but not an object. Nothing is parsed.
     pub fn parse(text: impl Into<Bytes>) -> Result<OpenAiBody, ShimError> {
         let text = text.into();
         let valid = std::str::from_utf8(&text).is_ok() && json_scan::is_valid(&text);
@@ -50,16 +51,37 @@ impl OpenAiBody {
             .is_some_and(|b| *b == b'{');
         match (valid, object) {
             (true, true) => Ok(OpenAiBody::written(text)),
-            (true, false) => Err(ShimError::new("the request body is JSON but not an object")),
-            (false, _) => Err(ShimError::new(
-                match serde_json::from_slice::<Value>(&text) {
-                    Err(e) => format!("the request body is not JSON: {e}"),
-                    // The strict reading and serde_json agree (tested); kept
-                    // apart only so the answer never claims a reason it lacks.
-                    Ok(_) => "the request body is not JSON".to_string(),
-                },
-            )),
+            (true, false) => Err(not_an_object()),
+            (false, _) => Err(not_json(&text)),
         }
+    }
+
+    /// [`OpenAiBody::parse`] for a reader that needs the whole `Value`
+    /// anyway (a restore that rewrites the body from it): checked by the
+    /// parse itself, which is kept (one pass, not a check and a parse).
+    pub fn parse_whole(text: impl Into<Bytes>) -> Result<OpenAiBody, ShimError> {
+        let text = text.into();
+        match serde_json::from_slice::<Value>(&text) {
+            Ok(value @ Value::Object(_)) => {
+                let body = OpenAiBody::written(text);
+                let _ = body.parsed.set(value);
+                Ok(body)
+            }
+            Ok(_) => Err(not_an_object()),
+            Err(e) => Err(ShimError::new(format!("the request body is not JSON: {e}"))),
+        }
+    }
+
+    /// The body of a `Value` a shim built (kept: it is the parse).
+    pub fn from_value(value: Value) -> OpenAiBody {
+        let body = OpenAiBody::written(serde_json::to_vec(&value).unwrap_or_default());
+        let _ = body.parsed.set(value);
+        body
+    }
+
+    /// The parse, when it was made (or the body came as a `Value`).
+    pub fn parsed(&self) -> Option<&Value> {
+        self.parsed.get()
     }
 
     /// The body of `value` (a test's or a fallback's).
@@ -125,8 +147,21 @@ impl Deref for OpenAiBody {
 
 impl From<Value> for OpenAiBody {
     fn from(value: Value) -> OpenAiBody {
-        OpenAiBody::of_value(&value)
+        OpenAiBody::from_value(value)
     }
+}
+
+fn not_an_object() -> ShimError {
+    ShimError::new("the request body is JSON but not an object")
+}
+
+fn not_json(text: &[u8]) -> ShimError {
+    ShimError::new(match serde_json::from_slice::<Value>(text) {
+        Err(e) => format!("the request body is not JSON: {e}"),
+        // The strict reading and serde_json agree (tested); kept apart
+        // only so the answer never claims a reason it lacks.
+        Ok(_) => "the request body is not JSON".to_string(),
+    })
 }
 
 impl From<&Value> for OpenAiBody {
@@ -168,10 +203,14 @@ mod tests {
 
     #[test]
     fn a_body_from_outside_is_refused_as_serde_json_refuses_it() {
-        let reason = |t: &'static [u8]| OpenAiBody::parse(t).unwrap_err().0;
-        assert!(reason(b"[1]").contains("not an object"));
-        assert!(reason(b"{\"a\":").contains("not JSON: EOF"));
-        assert!(reason(br#"{"a":1e400}"#).contains("not JSON: number out of range"));
-        assert!(reason(b"{\"a\":\"\xff\"}").contains("not JSON"));
+        let ways: [fn(&'static [u8]) -> Result<OpenAiBody, ShimError>; 2] =
+            [|t| OpenAiBody::parse(t), |t| OpenAiBody::parse_whole(t)];
+        for parse in ways {
+            let reason = |t: &'static [u8]| parse(t).unwrap_err().0;
+            assert!(reason(b"[1]").contains("not an object"));
+            assert!(reason(b"{\"a\":").contains("not JSON: EOF"));
+            assert!(reason(br#"{"a":1e400}"#).contains("not JSON: number out of range"));
+            assert!(reason(b"{\"a\":\"\xff\"}").contains("not JSON"));
+        }
     }
 }

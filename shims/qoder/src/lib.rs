@@ -79,7 +79,7 @@ impl Shim for QoderShim {
     fn fold(&self, native: &[u8]) -> Result<Folded<OriginalAsk, OpenAiBody>, ShimError> {
         let folded = ask::fold(native)?;
         Ok(Folded {
-            openai: OpenAiBody::of_value(&folded.openai),
+            openai: OpenAiBody::from_value(folded.openai),
             original: folded.original,
         })
     }

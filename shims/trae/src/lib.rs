@@ -124,7 +124,7 @@ impl Shim for TraeShim {
         }
         let folded = fold_parsed(native)?;
         Ok(Folded {
-            openai: OpenAiBody::of_value(&folded.openai),
+            openai: OpenAiBody::from_value(folded.openai),
             original: folded.original,
         })
     }
