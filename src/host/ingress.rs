@@ -90,11 +90,16 @@ pub(super) async fn handle<S: Shim>(
         let stats = app.shim_stats(name);
         let live = app.live();
         let declared = content_length(&req);
-        let (parts, incoming) = req.into_parts();
+        let (mut parts, incoming) = req.into_parts();
         let native = match read_body(incoming, declared, live.config.max_body_bytes).await {
             Ok(b) => b,
             Err(e) => return e.into_response(),
         };
+        // Kept for the whole answer (and under the rid): in bytes of their
+        // own, not as slices of the connection's read buffer, which they
+        // would pin for as long (hyper then reads into a second one).
+        let native = Bytes::copy_from_slice(&native);
+        parts.headers = headers::owned(&parts.headers);
         stats.touch();
         stats.bump(Counter::Intercepted);
         let path_and_query = parts
