@@ -90,16 +90,11 @@ pub(super) async fn handle<S: Shim>(
         let stats = app.shim_stats(name);
         let live = app.live();
         let declared = content_length(&req);
-        let (mut parts, incoming) = req.into_parts();
+        let (parts, incoming) = req.into_parts();
         let native = match read_body(incoming, declared, live.config.max_body_bytes).await {
             Ok(b) => b,
             Err(e) => return e.into_response(),
         };
-        // Kept for the whole answer (and under the rid): in bytes of their
-        // own, not as slices of the connection's read buffer, which they
-        // would pin for as long (hyper then reads into a second one).
-        let native = Bytes::copy_from_slice(&native);
-        parts.headers = headers::owned(&parts.headers);
         stats.touch();
         stats.bump(Counter::Intercepted);
         let path_and_query = parts
@@ -153,6 +148,15 @@ pub(super) async fn handle<S: Shim>(
         };
         match (compressor, read) {
             (Some(compressor), Read::Folded(folded)) => {
+                // Kept under the rid (up to 120 s) and for the whole
+                // answer: in bytes of their own, not as slices of the
+                // connection's read buffer, which they would pin for as
+                // long (hyper then reads into a second one).
+                let agent = Agent {
+                    native: Bytes::copy_from_slice(&agent.native),
+                    headers: headers::owned(&agent.headers),
+                    ..agent
+                };
                 let taken = Intercepted {
                     original: Arc::new(folded.original),
                     openai: Arc::new(folded.openai),
