@@ -203,8 +203,8 @@ mod tests {
 
     #[test]
     fn a_body_from_outside_is_refused_as_serde_json_refuses_it() {
-        let ways: [fn(&'static [u8]) -> Result<OpenAiBody, ShimError>; 2] =
-            [|t| OpenAiBody::parse(t), |t| OpenAiBody::parse_whole(t)];
+        type Parse = fn(&'static [u8]) -> Result<OpenAiBody, ShimError>;
+        let ways: [Parse; 2] = [|t| OpenAiBody::parse(t), |t| OpenAiBody::parse_whole(t)];
         for parse in ways {
             let reason = |t: &'static [u8]| parse(t).unwrap_err().0;
             assert!(reason(b"[1]").contains("not an object"));
