@@ -57,7 +57,7 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughpu
 use serde_json::{json, Map, Value};
 use shimgate_shim_api::sse::{SseParser, DONE_FRAME};
 use shimgate_shim_api::{Shim, StreamTranslator};
-use shimgate_shim_trae::{ToOpenAi, TraeShim};
+use shimgate_shim_trae::{ToOpenAi, TraeOriginal, TraeShim};
 use std::time::Duration;
 
 /// A long answer: metadata, reasoning, ~3000 text frames, a tool call in
@@ -1100,6 +1100,11 @@ mod fold {
     pub use shimgate_shim_trae::fold::{joined_text, SAMPLING};
 }
 
+/// What `serde_restore` imports as `crate::written`.
+mod written {
+    pub use shimgate_shim_trae::Written;
+}
+
 /// What `serde_restore` imports as `crate::json_write`: serde_json.
 mod json_write {
     pub fn string(out: &mut Vec<u8>, s: &str) {
@@ -1132,22 +1137,31 @@ fn bench(c: &mut Criterion) {
 
     let body = solo_body();
     let folded = TraeShim.fold(&body).unwrap();
+    let TraeOriginal::Written { text, kept } = &folded.original else {
+        panic!("the written fold takes this body");
+    };
+    let parsed = shimgate_shim_trae::fold_parsed(&body).unwrap();
+    assert_eq!(
+        *folded.openai, parsed.openai,
+        "the written fold makes the parsed fold's OpenAI body"
+    );
     let (n_orig, n_openai) = naive_fold(&body);
     let restored: Value =
         serde_json::from_slice(&TraeShim.restore(&folded.original, &folded.openai).unwrap())
             .unwrap();
     assert_eq!(
-        restored, folded.original,
+        restored,
+        folded.original.value(),
         "the benched restore must be right"
     );
     assert_eq!(
-        serde_restore::restore_body(&folded.original, &folded.openai).unwrap(),
+        serde_restore::restore_written(text, kept, folded.openai.value()).unwrap(),
         TraeShim.restore(&folded.original, &folded.openai).unwrap(),
         "serde_json's writer writes the same bytes"
     );
     let typed: Value = serde_json::from_slice(&typed_fold::fold(&body).0).unwrap();
     assert_eq!(
-        typed, folded.openai,
+        typed, *folded.openai,
         "the typed fold makes the same OpenAI body"
     );
     let mut g = c.benchmark_group("trae_fold");
@@ -1171,8 +1185,12 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("typed_serde", |b| {
         b.iter(|| {
-            serde_restore::restore_body(black_box(&folded.original), black_box(&folded.openai))
-                .unwrap()
+            serde_restore::restore_written(
+                black_box(text),
+                black_box(kept),
+                black_box(folded.openai.value()),
+            )
+            .unwrap()
         })
     });
     g.bench_function("naive_value", |b| {

@@ -39,7 +39,7 @@ use super::findings::Findings;
 use super::gate::{self, Proc};
 use super::stats::{us, Summary};
 use super::wire::{self, Answer, Wire};
-use shimgate_testkit::upstream::{now_ns, Options, Recorded, Reply, Upstream};
+use shimgate_testkit::upstream::{last_request_ns, now_ns, Options, Recorded, Reply, Upstream};
 
 /// Stamped pieces per streamed answer.
 pub const PIECES: usize = 16;
@@ -115,6 +115,12 @@ pub struct Samples {
     pub delay: Vec<u64>,
     /// Between consecutive pieces at the agent.
     pub gap: Vec<u64>,
+    /// Streams, one call at a time: agent send → the upstream has read
+    /// the request (the request's way in).
+    pub request_leg: Vec<u64>,
+    /// Streams, one call at a time: the upstream writes piece 0 → the
+    /// agent reads it (the first piece's way out).
+    pub answer_leg: Vec<u64>,
     pub errors: usize,
 }
 
@@ -134,6 +140,8 @@ struct Row {
     first: HashMap<Mode, Summary>,
     delay: HashMap<Mode, Summary>,
     gap: HashMap<Mode, Summary>,
+    request_leg: HashMap<Mode, Summary>,
+    answer_leg: HashMap<Mode, Summary>,
     errors: usize,
     /// CPU time (user + system) per call of the processes of each mode
     /// (the bare mode of the compressor path: both forwarders).
@@ -274,6 +282,35 @@ impl LatencyReport {
                 g(Mode::Bare),
                 g(Mode::Proxy),
                 g(Mode::Shimgate)
+            );
+        }
+        println!("TTFT split at c = 1 (µs, p50 / p99): in = agent send → the upstream has read the request; out = the upstream writes piece 0 → the agent reads it");
+        println!("| path | case | in direct | in bare | in plain proxy | in shimgate | out direct | out bare | out plain proxy | out shimgate |");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
+        for r in self
+            .rows
+            .iter()
+            .filter(|r| r.case != Case::Call && r.level == 1)
+        {
+            let cell = |m: &HashMap<Mode, Summary>, mode: Mode| {
+                if r.has(mode) {
+                    format!("{} / {}", us(m[&mode].p50), us(m[&mode].p99))
+                } else {
+                    "—".into()
+                }
+            };
+            println!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                r.path.name(),
+                r.case.name(),
+                cell(&r.request_leg, Mode::Direct),
+                cell(&r.request_leg, Mode::Bare),
+                cell(&r.request_leg, Mode::Proxy),
+                cell(&r.request_leg, Mode::Shimgate),
+                cell(&r.answer_leg, Mode::Direct),
+                cell(&r.answer_leg, Mode::Bare),
+                cell(&r.answer_leg, Mode::Proxy),
+                cell(&r.answer_leg, Mode::Shimgate),
             );
         }
         println!(
@@ -644,6 +681,8 @@ async fn measure(t: &Lineup<'_>, case: Case, level: usize, samples: usize) -> Ro
                     e.first.extend(s.first);
                     e.delay.extend(s.delay);
                     e.gap.extend(s.gap);
+                    e.request_leg.extend(s.request_leg);
+                    e.answer_leg.extend(s.answer_leg);
                     e.errors += s.errors;
                 }
             }
@@ -673,6 +712,8 @@ async fn measure(t: &Lineup<'_>, case: Case, level: usize, samples: usize) -> Ro
         first: sum(|s| &s.first),
         delay: sum(|s| &s.delay),
         gap: sum(|s| &s.gap),
+        request_leg: sum(|s| &s.request_leg),
+        answer_leg: sum(|s| &s.answer_leg),
         errors: all.values().map(|s| s.errors).sum(),
         cpu_per_call: cpu
             .into_iter()
@@ -738,6 +779,14 @@ pub async fn worker(addr: SocketAddr, case: Case, n: usize) -> Samples {
                     continue;
                 }
                 s.first.push(got.pieces[0].0.saturating_sub(t0));
+                // One call at a time: the last request the upstream read
+                // is this call's.
+                let arrived = last_request_ns();
+                if arrived > t0 {
+                    s.request_leg.push(arrived - t0);
+                    s.answer_leg
+                        .push(got.pieces[0].0.saturating_sub(got.pieces[0].1));
+                }
                 for (i, (at, sent)) in got.pieces.iter().enumerate() {
                     s.delay.push(at.saturating_sub(*sent));
                     if i > 0 {

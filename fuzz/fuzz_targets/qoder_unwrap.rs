@@ -7,6 +7,8 @@
 //! gives output made of whole frames, each exactly one `data: …` line ended
 //! by a blank line, with exactly one `[DONE]`, the last event. Checked for
 //! the return leg (`QoderReturnLeg`, with and without usage) and the ingress.
+//! And the memo of repeated bytes changes nothing: each translator writes
+//! exactly what its unmemoized reference (every frame read in full) writes.
 //!
 //! Run (from the repository root; stable needs `-s none`, and
 //! `cargo install cargo-fuzz --locked` if it is missing):
@@ -27,7 +29,7 @@ use libfuzzer_sys::fuzz_target;
 use serde_json::json;
 use shimgate_shim_api::sse::{parse_all, SseParser};
 use shimgate_shim_api::{Failure, FailureCode, FrameClass, StreamTranslator};
-use shimgate_shim_qoder::{QoderIngress, QoderReturnLeg};
+use shimgate_shim_qoder::{QoderIngress, QoderReturnLeg, UsagePolicy};
 
 /// Chunk sizes 1..=64 from a small LCG seeded by the first byte, so one
 /// input byte picks a whole chunking pattern.
@@ -107,7 +109,14 @@ fuzz_target!(|data: &[u8]| {
     };
     let chunks = chunks(seed, body);
     let no_usage = json!({"stream_options": {"include_usage": false}});
-    assert_closed(&drive(QoderReturnLeg::default(), &chunks));
-    assert_closed(&drive(QoderReturnLeg::for_request(&no_usage), &chunks));
-    assert_closed(&drive(QoderIngress::new(), &chunks));
+    let keep = drive(QoderReturnLeg::default(), &chunks);
+    assert_closed(&keep);
+    let drop = drive(QoderReturnLeg::for_request(&no_usage), &chunks);
+    assert_closed(&drop);
+    let ingress = drive(QoderIngress::new(), &chunks);
+    assert_closed(&ingress);
+    let reference = |usage| drive(QoderReturnLeg::unmemoized(usage), &chunks);
+    assert_eq!(keep, reference(UsagePolicy::Keep), "memo against the full reading");
+    assert_eq!(drop, reference(UsagePolicy::DropUsageOnly), "memo, no usage");
+    assert_eq!(ingress, drive(QoderIngress::unmemoized(), &chunks), "memo, ingress");
 });

@@ -13,6 +13,8 @@ use std::hash::{Hash, Hasher};
 use std::time::SystemTime;
 
 use serde_json::{json, Value};
+use shimgate_shim_api::json_scan::{is_canonical, last_member, Cursor};
+use shimgate_shim_api::OpenAiBody;
 use similar::{Algorithm, DiffOp};
 
 use crate::clock::epoch_ms;
@@ -36,45 +38,183 @@ pub fn summarize(body: &Value) -> Vec<MessageSummary> {
     let Some(messages) = body.get("messages").and_then(Value::as_array) else {
         return Vec::new();
     };
-    messages
-        .iter()
-        .map(|m| {
-            let role = m
-                .get("role")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            let mut hasher = DefaultHasher::new();
-            role.hash(&mut hasher);
-            let mut chars = 0;
-            match m.get("content") {
-                Some(Value::String(s)) => {
-                    chars = s.chars().count();
-                    s.hash(&mut hasher);
+    messages.iter().map(summarize_one).collect()
+}
+
+fn summarize_one(m: &Value) -> MessageSummary {
+    let role = m
+        .get("role")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let mut hasher = DefaultHasher::new();
+    role.hash(&mut hasher);
+    let mut chars = 0;
+    match m.get("content") {
+        Some(Value::String(s)) => {
+            chars = s.chars().count();
+            s.hash(&mut hasher);
+        }
+        Some(Value::Array(parts)) => {
+            for p in parts {
+                if let Some(t) = p.get("text").and_then(Value::as_str) {
+                    chars += t.chars().count();
+                    t.hash(&mut hasher);
+                } else {
+                    p.to_string().hash(&mut hasher);
                 }
-                Some(Value::Array(parts)) => {
-                    for p in parts {
-                        if let Some(t) = p.get("text").and_then(Value::as_str) {
-                            chars += t.chars().count();
-                            t.hash(&mut hasher);
-                        } else {
-                            p.to_string().hash(&mut hasher);
-                        }
+            }
+        }
+        Some(other) => other.to_string().hash(&mut hasher),
+        None => {}
+    }
+    if let Some(calls) = m.get("tool_calls") {
+        calls.to_string().hash(&mut hasher);
+    }
+    MessageSummary {
+        role,
+        chars,
+        hash: hasher.finish(),
+    }
+}
+
+/// [`summarize`] of a body's text, read with the cursor instead of parsed
+/// whole: the same summaries (roles, counts, hashes) for the same JSON
+/// however it is written. A message the cursor is unsure of (an escaped
+/// or repeated key) is parsed alone; so is a value that is not written as
+/// `serde_json` writes it, where the hash reads its serialisation.
+pub fn summarize_text(body: &OpenAiBody) -> Vec<MessageSummary> {
+    if let Some(parsed) = body.parsed() {
+        return summarize(parsed);
+    }
+    match body.member("messages") {
+        Ok(Some(raw)) if raw.first() == Some(&b'[') => {
+            summarize_list(raw).unwrap_or_else(|| summarize(body.value()))
+        }
+        Ok(_) => Vec::new(),
+        Err(_) => summarize(body.value()),
+    }
+}
+
+fn summarize_list(raw: &[u8]) -> Option<Vec<MessageSummary>> {
+    let mut c = Cursor::new(raw);
+    c.enter_array()?;
+    let mut out = Vec::new();
+    let mut first = true;
+    while c.next_item(&mut first)? {
+        c.peek()?;
+        let start = c.offset();
+        c.skip_value()?;
+        let message = raw.get(start..c.offset())?;
+        out.push(summarize_message(message).unwrap_or_else(|| {
+            let v: Value = serde_json::from_slice(message).unwrap_or(Value::Null);
+            summarize_one(&v)
+        }));
+    }
+    Some(out)
+}
+
+/// One message's summary off its text; `None` to parse it instead.
+fn summarize_message(raw: &[u8]) -> Option<MessageSummary> {
+    if raw.first() != Some(&b'{') {
+        return None;
+    }
+    let (mut role, mut content, mut calls) = (None, None, None);
+    let mut keys: Vec<&[u8]> = Vec::new();
+    let mut c = Cursor::new(raw);
+    c.enter_object()?;
+    let mut first = true;
+    while let Some(key) = c.next_key(&mut first)? {
+        let name = key.raw(raw);
+        if key.escaped || keys.contains(&name) {
+            return None;
+        }
+        keys.push(name);
+        c.peek()?;
+        let start = c.offset();
+        c.skip_value()?;
+        let value = raw.get(start..c.offset())?;
+        match name {
+            b"role" => role = Some(value),
+            b"content" => content = Some(value),
+            b"tool_calls" => calls = Some(value),
+            _ => {}
+        }
+    }
+    let role = match role {
+        Some(r) if r.first() == Some(&b'"') => string_of(r)?,
+        _ => String::new(),
+    };
+    let mut hasher = DefaultHasher::new();
+    role.hash(&mut hasher);
+    let mut chars = 0;
+    match content {
+        Some(s) if s.first() == Some(&b'"') => {
+            let s = string_of(s)?;
+            chars = s.chars().count();
+            s.hash(&mut hasher);
+        }
+        Some(list) if list.first() == Some(&b'[') => {
+            let mut c = Cursor::new(list);
+            c.enter_array()?;
+            let mut first = true;
+            while c.next_item(&mut first)? {
+                c.peek()?;
+                let start = c.offset();
+                c.skip_value()?;
+                let part = list.get(start..c.offset())?;
+                match part_text(part)? {
+                    Some(t) => {
+                        chars += t.chars().count();
+                        t.hash(&mut hasher);
                     }
+                    None => serialised(part)?.hash(&mut hasher),
                 }
-                Some(other) => other.to_string().hash(&mut hasher),
-                None => {}
             }
-            if let Some(calls) = m.get("tool_calls") {
-                calls.to_string().hash(&mut hasher);
-            }
-            MessageSummary {
-                role,
-                chars,
-                hash: hasher.finish(),
-            }
-        })
-        .collect()
+        }
+        Some(other) => serialised(other)?.hash(&mut hasher),
+        None => {}
+    }
+    if let Some(calls) = calls {
+        serialised(calls)?.hash(&mut hasher);
+    }
+    Some(MessageSummary {
+        role,
+        chars,
+        hash: hasher.finish(),
+    })
+}
+
+/// A part's `text` when it is a string (`Some(None)`: it has none).
+fn part_text(part: &[u8]) -> Option<Option<String>> {
+    if part.first() != Some(&b'{') {
+        return Some(None);
+    }
+    match last_member(part, b"text") {
+        Ok(Some(t)) if t.first() == Some(&b'"') => Some(Some(string_of(t)?)),
+        Ok(_) => Some(None),
+        Err(_) => None,
+    }
+}
+
+/// A raw string literal decoded.
+fn string_of(raw: &[u8]) -> Option<String> {
+    let inner = raw.get(1..raw.len().checked_sub(1)?)?;
+    if inner.contains(&b'\\') {
+        return serde_json::from_slice(raw).ok();
+    }
+    std::str::from_utf8(inner).ok().map(str::to_owned)
+}
+
+/// `Value::to_string` of a raw value: the text itself when it is written
+/// as `serde_json` writes it, else its parse written again.
+fn serialised(raw: &[u8]) -> Option<String> {
+    if is_canonical(raw) {
+        return std::str::from_utf8(raw).ok().map(str::to_owned);
+    }
+    serde_json::from_slice::<Value>(raw)
+        .ok()
+        .map(|v| v.to_string())
 }
 
 /// How one message changed.
@@ -379,5 +519,32 @@ mod tests {
         let (last, recent) = ex.to_json();
         assert_eq!(last["rid"], "7");
         assert_eq!(recent.as_array().unwrap().len(), 6);
+    }
+
+    #[test]
+    fn the_text_is_summarised_as_its_parse_is() {
+        let messages = json!([
+            {"role": "system", "content": "You are \"qoder\".\n"},
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "x"}}, {"type": "text", "text": 5}]},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "function": {"name": "g", "arguments": "{\"p\":1.5}"}}]},
+            {"role": "tool", "content": {"odd": [1, 2.5, -0.0, 1e2]}},
+            {"role": 7, "content": "é 中文 😀"},
+            {"content": "no role"},
+            "not a message",
+            {"role": "user"},
+        ]);
+        let texts = [
+            serde_json::to_string(&json!({"model": "m", "messages": messages})).unwrap(),
+            serde_json::to_string_pretty(&json!({"model": "m", "messages": messages})).unwrap(),
+            r#"{"messages":[{"role":"us\u0065r","content":"a\/b \u00e9"},{"role":"user","content":"x","content":"y"},{"ro\u006ce":"user","content":[{"text":"t","text":"u"}]}]}"#.to_string(),
+            r#"{"messages":{"not":"a list"}}"#.to_string(),
+            r#"{"model":"m"}"#.to_string(),
+            r#"{"m\u0065ssages":[{"role":"user","content":"x"}]}"#.to_string(),
+        ];
+        for text in texts {
+            let parsed: Value = serde_json::from_str(&text).unwrap();
+            let body = OpenAiBody::parse(text.clone().into_bytes()).unwrap();
+            assert_eq!(summarize_text(&body), summarize(&parsed), "{text}");
+        }
     }
 }

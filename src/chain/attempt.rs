@@ -665,6 +665,9 @@ async fn stream_sse(
             return Err(aborted());
         }
         if let Some(end) = end {
+            if end.is_ok() {
+                let_go(body);
+            }
             return end;
         }
         let next = match waits.next(&mut body).await {
@@ -705,6 +708,38 @@ async fn stream_sse(
         }
     }
 }
+
+/// After the answer's end, the upstream's body may still hold its own end
+/// (the chunked body's last chunk, written after the end frame): read to
+/// there, the connection goes back to the pool for the next call instead
+/// of being closed (a new connection, and a TLS handshake on an https
+/// route, for every answer). Usually the end has arrived: one look without
+/// waiting reads it. Else it is read in a task of its own, for at most
+/// [`LET_GO_TIME`] and [`LET_GO_BYTES`] (an upstream may hold the body
+/// open after the end frame; then the connection is closed as before).
+fn let_go(mut body: Incoming) {
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    for _ in 0..4 {
+        if http_body::Body::is_end_stream(&body) {
+            return;
+        }
+        match http_body::Body::poll_frame(Pin::new(&mut body), &mut cx) {
+            Poll::Ready(Some(Ok(_))) => {}
+            Poll::Ready(_) => return,
+            Poll::Pending => break,
+        }
+    }
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(crate::http::read::drain(body, LET_GO_BYTES, LET_GO_TIME));
+    }
+}
+
+/// How long the rest of an ended answer's body is read for (see
+/// [`let_go`]): its last chunk follows the end frame at once.
+const LET_GO_TIME: Duration = Duration::from_secs(1);
+
+/// How much of it, at most: anything more is not the body's end.
+const LET_GO_BYTES: u64 = 64 * 1024;
 
 /// Translates the events parsed so far into `out`; `Some` when the answer
 /// ended (its end frame, an in-band error, a broken stream).

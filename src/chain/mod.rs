@@ -41,6 +41,7 @@ use std::future::Future;
 use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -177,18 +178,7 @@ struct Inline {
 
 impl Inline {
     async fn head(&mut self) -> ChainResponse {
-        let (Some(drive), Some(head_rx)) = (self.drive.as_mut(), self.head_rx.as_mut()) else {
-            return ChainResponse::Failed(ChainError::Aborted);
-        };
-        let head = tokio::select! {
-            biased;
-            head = &mut *head_rx => head.ok(),
-            () = drive => {
-                // Finished: no stream follows; the head (if any) is waiting.
-                self.drive = None;
-                head_rx.try_recv().ok()
-            }
-        };
+        let head = std::future::poll_fn(|cx| self.poll_head(cx)).await;
         self.head_rx = None;
         let mut head = head.unwrap_or(ChainResponse::Failed(ChainError::Aborted));
         // A drive still running sent the head and streams on: from the
@@ -203,6 +193,27 @@ impl Inline {
             }
         }
         head
+    }
+
+    /// The head, looked for right after each poll of the drive, which is
+    /// the only place it is sent from. The receiver itself is never polled,
+    /// so it registers no waker and the send wakes nobody: a wake-up of
+    /// this very task would send it through the scheduler's queue (and
+    /// rouse the other worker) before the head could go out.
+    fn poll_head(&mut self, cx: &mut Context<'_>) -> Poll<Option<ChainResponse>> {
+        let (Some(drive), Some(head_rx)) = (self.drive.as_mut(), self.head_rx.as_mut()) else {
+            return Poll::Ready(None);
+        };
+        let finished = drive.as_mut().poll(cx).is_ready();
+        if finished {
+            // No stream follows; the head (if any) is waiting.
+            self.drive = None;
+        }
+        match head_rx.try_recv() {
+            Ok(head) => Poll::Ready(Some(head)),
+            Err(oneshot::error::TryRecvError::Empty) if !finished => Poll::Pending,
+            Err(_) => Poll::Ready(None),
+        }
     }
 }
 
@@ -566,30 +577,38 @@ impl Driver<'_> {
         mut committed: attempt::Committed,
         probe: bool,
     ) -> ControlFlow<()> {
-        let gate = Gate { probe, open: false };
-        let decision = self.decide(Event::Committed, leg, tries, gate, Now::system(), true);
         let shim = self.spec.shim;
-        if leg.attempt == 1 && tries == 1 {
-            let overhead = self
-                .spec
+        // Only what the head needs comes before it: the head and the first
+        // content leave in this turn of the client's task, the books are
+        // kept right after (see `yield_to_head`).
+        let overhead = (leg.attempt == 1 && tries == 1).then(|| {
+            self.spec
                 .received
                 .elapsed()
-                .saturating_sub(committed.upstream_time);
-            self.ctx.state.latency.overhead(shim).observe(overhead);
-        }
-        let _streaming = self.ctx.state.stream_started();
-        let switched_from = self.switched_from(leg);
+                .saturating_sub(committed.upstream_time)
+        });
+        let switched_from = self.first_route_if_switched(leg);
         let (status, headers) = committed.head(&leg.route.name, switched_from.as_deref());
         let (body_tx, body) = ChannelBody::channel();
         committed.release_held(&body_tx);
         let route = leg.route.name.clone();
-        if !self.answer(ChainResponse::Stream {
+        let answered = self.answer(ChainResponse::Stream {
             status,
             headers,
             body,
             route,
-            switched_from,
-        }) {
+            switched_from: switched_from.clone(),
+        });
+        if answered {
+            yield_to_head().await;
+        }
+        if let Some(from) = switched_from {
+            self.log_switch(leg, from);
+        }
+        if let Some(overhead) = overhead {
+            self.ctx.state.latency.overhead(shim).observe(overhead);
+        }
+        if !answered {
             // Gone at the moment of commit: a ring-log entry but no route
             // report, as the driver has always logged it (the route list of
             // this call is left without the route that committed).
@@ -599,6 +618,9 @@ impl Driver<'_> {
             self.finish(Outcome::Aborted, Some(FailureCode::Aborted));
             return ControlFlow::Break(());
         }
+        let gate = Gate { probe, open: false };
+        let decision = self.decide(Event::Committed, leg, tries, gate, Now::system(), true);
+        let _streaming = self.ctx.state.stream_started();
         let ttft = committed.upstream_time;
         self.ctx
             .state
@@ -697,21 +719,28 @@ impl Driver<'_> {
     /// The first route this call tried, when it is not `leg`'s: the call
     /// switched, and the switch is logged (DESIGN §5 "Switches by
     /// conversation") with the failure that made it leave that route.
-    fn switched_from(&self, leg: &Leg<'_>) -> Option<String> {
+    fn first_route_if_switched(&self, leg: &Leg<'_>) -> Option<String> {
         let first = self.reports.iter().find(|r| r.tries > 0)?;
-        if first.route == leg.route.name {
-            return None;
-        }
+        (first.route != leg.route.name).then(|| first.route.clone())
+    }
+
+    /// Logs the switch from `from`, the first route the call tried, to
+    /// `leg`'s, with the failure that made it leave `from`.
+    fn log_switch(&self, leg: &Leg<'_>, from: String) {
+        let code = self
+            .reports
+            .iter()
+            .find(|r| r.tries > 0)
+            .and_then(|r| r.code);
         self.ctx.state.switched(state::Switch {
             at: SystemTime::now(),
             shim: self.spec.shim,
             conversation: self.spec.conversation.clone(),
-            from: first.route.clone(),
+            from,
             to: leg.route.name.clone(),
-            code: first.code,
+            code,
             call: self.call,
         });
-        Some(first.route.clone())
     }
 
     /// The user's rules leave no route: `503 NO_ACTIVE_ROUTE`, each route
@@ -871,6 +900,25 @@ fn skip_report(route: &str, code: Option<FailureCode>, reason: String) -> RouteR
     }
 }
 
+/// Suspends the drive once, right after it sent a stream's head, without
+/// asking to be woken: the caller takes the head at this return
+/// ([`Inline::poll_head`]) and hyper writes it with the held frames, and
+/// the body that the drive now feeds polls it again next
+/// ([`ChannelBody::fed_by`]: after that first write), as does the task the
+/// drive is handed to when the client has gone. The call's books are kept
+/// after the first content left, not before.
+async fn yield_to_head() {
+    let mut first = true;
+    std::future::poll_fn(|_| {
+        if std::mem::take(&mut first) {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+}
+
 /// Resolves when the caller stopped waiting for the head (at once when
 /// the head is already sent).
 async fn gone(head_tx: &mut Option<oneshot::Sender<ChainResponse>>) {
@@ -922,10 +970,17 @@ pub fn is_housekeeping(body: &[u8]) -> bool {
             .is_ok_and(|v| purpose_is_housekeeping(&v))
 }
 
-/// [`is_housekeeping`] of a body whose parse is at hand (`parsed` is
-/// `body` parsed): the same answer without parsing it again.
-pub fn is_housekeeping_parsed(body: &[u8], parsed: &serde_json::Value) -> bool {
-    names_purpose(body) && purpose_is_housekeeping(parsed)
+/// [`is_housekeeping`] of a body held as checked text: its `purpose` read
+/// alone, and only when the text names one.
+pub fn is_housekeeping_text(body: &shimgate_shim_api::OpenAiBody) -> bool {
+    names_purpose(body.as_bytes())
+        && body
+            .get("purpose")
+            .and_then(|p| {
+                p.as_str()
+                    .map(|p| p == "compaction" || p == "session-title")
+            })
+            .unwrap_or(false)
 }
 
 fn names_purpose(body: &[u8]) -> bool {

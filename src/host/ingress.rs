@@ -16,7 +16,7 @@ use http::{HeaderMap, Request, Response};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use serde_json::Value;
-use shimgate_shim_api::Shim;
+use shimgate_shim_api::{OpenAiBody, Shim};
 use tracing::{info_span, warn, Instrument};
 
 use super::openai_error;
@@ -148,6 +148,15 @@ pub(super) async fn handle<S: Shim>(
         };
         match (compressor, read) {
             (Some(compressor), Read::Folded(folded)) => {
+                // Kept under the rid (up to 120 s) and for the whole
+                // answer: in bytes of their own, not as slices of the
+                // connection's read buffer, which they would pin for as
+                // long (hyper then reads into a second one).
+                let agent = Agent {
+                    native: Bytes::copy_from_slice(&agent.native),
+                    headers: headers::owned(&agent.headers),
+                    ..agent
+                };
                 let taken = Intercepted {
                     original: Arc::new(folded.original),
                     openai: Arc::new(folded.openai),
@@ -161,7 +170,7 @@ pub(super) async fn handle<S: Shim>(
                 host.set_effective(false);
                 let (shape, original) = match read {
                     Read::Shaped(shape, original) => (shape, original),
-                    Read::Folded(f) => (super::answer_shape(&f.openai), f.original),
+                    Read::Folded(f) => (f.openai.answer_shape(), f.original),
                 };
                 direct(
                     &host,
@@ -204,14 +213,15 @@ async fn via_proxy<S: Shim>(
         taken.agent.native.clone(),
         taken.agent.headers.clone(),
         taken.agent.path_and_query.clone(),
-        exchange::summarize(&taken.openai),
+        exchange::summarize_text(&taken.openai),
         identity.clone(),
         taken.agent.encoded,
     );
     entry.conversation = taken.agent.conversation.clone();
     let entry = app.rids.insert(entry);
     let url = proxy_url(compressor, name, &rid);
-    let body = Bytes::from(serde_json::to_vec(&*taken.openai).unwrap_or_default());
+    // The shim wrote the body as text: sent as it is.
+    let body = taken.openai.bytes();
     let attempt = match Request::post(&url).body(Full::new(body)) {
         Ok(mut r) => {
             *r.headers_mut() = forwarded_to_proxy(&taken.agent.headers, &rid, &identity);
@@ -244,7 +254,7 @@ async fn via_proxy<S: Shim>(
                     format!("{why} before the return leg saw rid {rid}; sent upstream directly");
                 warn!("{why}");
                 stats.error(why);
-                let shape = super::answer_shape(&taken.openai);
+                let shape = taken.openai.answer_shape();
                 return direct(host, app, config, (shape, taken.original), taken.agent).await;
             }
             // The return leg took the request meanwhile: its answer, through
@@ -412,14 +422,14 @@ async fn direct<S: Shim>(
 /// What the ingress read of a request: folded for a proxy, or only its
 /// answer shape (and the original the ingress translator gets).
 enum Read<O> {
-    Folded(shimgate_shim_api::Folded<O>),
+    Folded(shimgate_shim_api::Folded<O, OpenAiBody>),
     Shaped(Value, O),
 }
 
 /// An intercepted request, folded for the proxy.
 struct Intercepted<S: Shim> {
     original: Arc<S::Original>,
-    openai: Arc<Value>,
+    openai: Arc<OpenAiBody>,
     agent: Agent,
 }
 

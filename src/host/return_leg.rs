@@ -9,9 +9,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
+#[cfg(test)]
 use serde_json::Value;
 use shimgate_shim_api::sse::SseParser;
-use shimgate_shim_api::Shim;
+use shimgate_shim_api::{OpenAiBody, Shim};
 use tracing::{info_span, warn, Instrument};
 
 use super::aggregate::Aggregate;
@@ -31,10 +32,29 @@ use crate::http::read::{content_length, linger, read_body};
 /// Whether a return-leg body is a side request: not streamed, or a tiny
 /// `max_tokens` (bili leaves those alone: titles and the like). Side
 /// requests are counted apart so `folded` stays the proof of compressing
-/// the agent's own turns.
+/// the agent's own turns. (The runtime reads it off the text:
+/// `is_side_request_text`.)
+#[cfg(test)]
 pub fn is_side_request(body: &Value) -> bool {
     let streamed = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
     !streamed || shimgate_shim_api::openai::is_tiny(body)
+}
+
+/// [`is_side_request`] of a body's text, read member by member.
+fn is_side_request_text(body: &OpenAiBody) -> bool {
+    !streamed(body)
+        || ["max_tokens", "max_completion_tokens"].iter().any(|k| {
+            body.get(k)
+                .and_then(|v| v.as_u64())
+                .is_some_and(|n| n <= shimgate_shim_api::openai::SIDE_REQUEST_MAX_TOKENS)
+        })
+}
+
+/// The body's `stream` (absent: not streamed).
+fn streamed(body: &OpenAiBody) -> bool {
+    body.get("stream")
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false)
 }
 
 /// What a proxy may add to a body that was within `limits.max_body_bytes`
@@ -80,9 +100,8 @@ pub(super) async fn handle<S: Shim>(
 struct Taken<S: Shim> {
     entry: Arc<RidEntry>,
     original: Arc<S::Original>,
-    /// The body as the proxy sent it.
-    bytes: Bytes,
-    openai: Value,
+    /// The body as the proxy sent it (checked; read where needed).
+    openai: OpenAiBody,
     config: Arc<crate::config::Config>,
 }
 
@@ -136,25 +155,12 @@ async fn take<S: Shim>(
     let bytes = read_body(req.into_body(), declared, limit)
         .await
         .map_err(|e| e.into_response())?;
-    let openai: Value = match serde_json::from_slice(&bytes) {
-        Ok(v @ Value::Object(_)) => v,
-        Ok(_) => {
-            return Err(body::error_response(
-                ErrorCode::BadRequest,
-                "the request body is JSON but not an object",
-            ))
-        }
-        Err(e) => {
-            return Err(body::error_response(
-                ErrorCode::BadRequest,
-                &format!("the request body is not JSON: {e}"),
-            ))
-        }
-    };
+    // Parsed whole: restore rewrites the body from its parse.
+    let openai = OpenAiBody::parse_whole(bytes)
+        .map_err(|e| body::error_response(ErrorCode::BadRequest, &e.0))?;
     Ok(Taken {
         entry,
         original,
-        bytes,
         openai,
         config,
     })
@@ -163,11 +169,11 @@ async fn take<S: Shim>(
 /// Counts what the proxy did to the request (DESIGN §4).
 fn account<S: Shim>(host: &Host<S>, app: &App, rid: &str, t: &Taken<S>) {
     let stats = app.shim_stats(host.shim.name());
-    if is_side_request(&t.openai) {
+    if is_side_request_text(&t.openai) {
         stats.bump(Counter::SideRequests);
         return;
     }
-    let ex = exchange::compare(rid, &t.entry.sent, &exchange::summarize(&t.openai));
+    let ex = exchange::compare(rid, &t.entry.sent, &exchange::summarize_text(&t.openai));
     if ex.changed {
         stats.bump(Counter::Compacted);
         if ex.content_shrank() {
@@ -203,8 +209,7 @@ async fn forward<S: Shim>(
     };
     stats.bump(Counter::Forwarded);
     // The proxy's body is read once: the parsed copy says it.
-    let housekeeping =
-        chain::is_housekeeping_parsed(&t.bytes, &t.openai) || is_housekeeping(&entry.native);
+    let housekeeping = chain::is_housekeeping_text(&t.openai) || is_housekeeping(&entry.native);
     let outbound = host.upstream.outbound(
         config,
         native,
@@ -212,14 +217,10 @@ async fn forward<S: Shim>(
         &entry.headers,
         entry.encoded,
     );
-    let streamed = t
-        .openai
-        .get("stream")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
+    let streamed = streamed(&t.openai);
     // Translators read only these; the messages are not kept for the
     // length of the stream.
-    let request = Arc::new(super::answer_shape(&t.openai));
+    let request = Arc::new(t.openai.answer_shape());
     let (h, shape) = (host.clone(), request.clone());
     let factory: TranslatorFactory = Arc::new(move || Box::new(h.shim.return_leg(&shape)));
     let secrets = Secrets::of(&entry.headers);
@@ -238,7 +239,7 @@ async fn forward<S: Shim>(
     {
         // The agent's answer head names them (a side request, such as a
         // proxy's summary, is not the agent's answer).
-        if !is_side_request(&t.openai) {
+        if !is_side_request_text(&t.openai) {
             entry.set_answered(route, switched_from.as_deref());
         }
     }
@@ -306,5 +307,25 @@ mod tests {
             &json!({"stream": true, "max_tokens": 201})
         ));
         assert!(!is_side_request(&json!({"stream": true})));
+    }
+
+    #[test]
+    fn side_requests_read_off_the_text_as_off_the_parse() {
+        for body in [
+            json!({"stream": false}),
+            json!({}),
+            json!({"stream": true, "max_tokens": 200}),
+            json!({"stream": true, "max_completion_tokens": 20}),
+            json!({"stream": true, "max_tokens": 201}),
+            json!({"stream": true}),
+            json!({"stream": "yes"}),
+        ] {
+            let text = OpenAiBody::of_value(&body);
+            assert_eq!(
+                is_side_request_text(&text),
+                is_side_request(&body),
+                "{body}"
+            );
+        }
     }
 }

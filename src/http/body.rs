@@ -42,6 +42,9 @@ pub struct ChannelBody {
     sent: bool,
     /// An error held back for one turn (see [`ChannelBody::poll_chunk`]).
     error: Option<BoxError>,
+    /// Set by [`ChannelBody::fed_by`]: after the first data the body gives
+    /// one turn back before it polls the feed (see there).
+    flush_first: bool,
 }
 
 impl ChannelBody {
@@ -58,6 +61,7 @@ impl ChannelBody {
             feed: Mutex::new(None),
             sent: false,
             error: None,
+            flush_first: false,
         }
     }
 
@@ -69,8 +73,16 @@ impl ChannelBody {
     /// the feed finished (the client went away), the body closes the
     /// channel and hands the feed to a task, so it sees the closed sender
     /// at once and ends as it would have in a task of its own.
+    ///
+    /// The data already in the channel when the body is first polled (a
+    /// stream's held frames, its first content among them) is given one
+    /// turn of its own: the body says `Pending` (and wakes its task at
+    /// once) before it polls the feed, so hyper writes the head and that
+    /// data first, and the feed's work (a call's books, the next upstream
+    /// read) comes after the first content left.
     pub fn fed_by(&mut self, feed: Feed) {
         *self.feed.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(feed);
+        self.flush_first = true;
     }
 
     /// Receives the next chunk (for callers that consume the body themselves).
@@ -113,6 +125,10 @@ impl ChannelBody {
                 Ok(item) => return Poll::Ready(Some(item)),
                 Err(TryRecvError::Disconnected) => return Poll::Ready(None),
                 Err(TryRecvError::Empty) => {}
+            }
+            if std::mem::take(&mut self.flush_first) && self.sent {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
             }
             let slot = self.feed.get_mut().unwrap_or_else(|p| p.into_inner());
             let Some(feed) = slot.as_mut() else {

@@ -51,6 +51,21 @@ pub fn for_upstream(client: &HeaderMap) -> HeaderMap {
 
 /// Whether a head says `text/event-stream` (parameters and leading
 /// space allowed): the one test of "is this an SSE answer".
+/// `headers` with each value in bytes of its own: hyper's parsed values
+/// are slices of the connection's read buffer, and a map kept for long
+/// (for a stream's life, or under a rid) would pin the whole buffer. A
+/// value that does not copy (it always does: it was a value) is dropped.
+pub fn owned(headers: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        if let Ok(mut copy) = http::HeaderValue::from_bytes(value.as_bytes()) {
+            copy.set_sensitive(value.is_sensitive());
+            out.append(name.clone(), copy);
+        }
+    }
+    out
+}
+
 pub fn is_event_stream(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)

@@ -82,6 +82,13 @@ pub async fn read_body(
                 if !data.is_empty() {
                     chunks.push(data);
                 }
+                // All the declared length is in: done without waiting for
+                // hyper to say so, which would take another turn of the
+                // connection's task (the common body comes whole, with
+                // its head). hyper reads the finished body's end itself.
+                if http_body::Body::is_end_stream(&body) {
+                    break;
+                }
             }
         }
     }

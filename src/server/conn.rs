@@ -116,26 +116,91 @@ impl Connections {
         tokio::pin!(conn);
         let idle = activity.idle_for(self.limits.idle_timeout);
         tokio::pin!(idle);
+        let draining = self.draining.cancelled();
+        tokio::pin!(draining);
+        let mut beside = Beside::new();
         let mut closing = false;
-        loop {
-            tokio::select! {
-                // Connection errors are the peer's business (resets, bad HTTP).
-                _ = conn.as_mut() => return,
-                () = self.draining.cancelled(), if !closing => {
-                    closing = true;
-                    conn.as_mut().graceful_shutdown();
-                }
-                () = &mut idle, if !closing => {
-                    closing = true;
-                    conn.as_mut().graceful_shutdown();
-                }
+        std::future::poll_fn(|cx| loop {
+            // Connection errors are the peer's business (resets, bad HTTP).
+            if conn.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(());
             }
-        }
+            if closing {
+                return Poll::Pending;
+            }
+            // The shutdown signal and the idle timer, polled only when one
+            // of them woke the task: nearly every wake-up is the
+            // connection's own.
+            match beside.poll(cx, |cx| {
+                let stop = draining.as_mut().poll(cx).is_ready();
+                stop || idle.as_mut().poll(cx).is_ready()
+            }) {
+                true => {
+                    closing = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+                false => return Poll::Pending,
+            }
+        })
+        .await
     }
 
     /// Connections refused at the cap so far.
     pub fn refused(&self) -> u64 {
         self.refused.load(Ordering::Relaxed)
+    }
+}
+
+/// Polls the futures beside a connection (the shutdown signal, the idle
+/// timer) only when one of their own wakers fired, through a waker of its
+/// own that notes it and wakes the task: the connection's task wakes for
+/// every chunk it reads or writes, and polling those futures each time
+/// (each locks a mutex) cost more than it decided.
+struct Beside {
+    flag: Arc<BesideFlag>,
+    waker: std::task::Waker,
+}
+
+#[derive(Default)]
+struct BesideFlag {
+    woken: std::sync::atomic::AtomicBool,
+    task: futures_util::task::AtomicWaker,
+}
+
+impl std::task::Wake for BesideFlag {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.task.wake();
+    }
+}
+
+impl Beside {
+    fn new() -> Beside {
+        let flag = Arc::new(BesideFlag::default());
+        // Polled on the first turn, to register.
+        flag.woken.store(true, Ordering::Relaxed);
+        Beside {
+            waker: std::task::Waker::from(flag.clone()),
+            flag,
+        }
+    }
+
+    /// `poll_sides` (with the side waker) when a side woke the task since
+    /// its last poll; `false` otherwise.
+    fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        poll_sides: impl FnOnce(&mut Context<'_>) -> bool,
+    ) -> bool {
+        self.flag.task.register(cx.waker());
+        if !self.flag.woken.swap(false, Ordering::AcqRel) {
+            return false;
+        }
+        poll_sides(&mut Context::from_waker(&self.waker))
     }
 }
 

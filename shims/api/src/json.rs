@@ -128,7 +128,7 @@ fn tag_at(json: &[u8], at: usize) -> Option<(usize, &[u8])> {
 /// its tag; `None` when there is none. Only value positions are tagged: a
 /// string is valid wherever a number is, and in a key position too, so
 /// tagging a number there would turn invalid text into valid JSON.
-fn tag_numbers(json: &[u8]) -> Option<Vec<u8>> {
+pub fn tag_numbers(json: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     let mut copied = 0;
     // Open containers, innermost last: `true` for an object.

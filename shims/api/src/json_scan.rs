@@ -121,6 +121,191 @@ pub fn top_level_string(input: &[u8], key: &str) -> Option<String> {
     None
 }
 
+/// Whether `raw` is, whole, the contents of a string a strict cursor
+/// accepts (what sits between its quotes: no quote, no raw control byte,
+/// only escapes `serde_json` takes). UTF-8 is the caller's to check.
+pub fn is_string_body(raw: &[u8]) -> bool {
+    let mut c = Cursor::strict(raw);
+    loop {
+        c.pos += plain_run(raw.get(c.pos..).unwrap_or_default());
+        match c.bump() {
+            None => return true,
+            Some(b'\\') if c.strict_escape().is_some() => {}
+            Some(_) => return false,
+        }
+    }
+}
+
+/// A key with an escape, or text the lenient cursor could not walk: the
+/// caller reads the value with `serde_json` instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unsure;
+
+/// The raw value of the member `key` of the object in `input` (its last
+/// one, as a parsed object keeps it), read leniently: for text already
+/// checked (a chunk a strict cursor accepted). `Ok(None)` when `input` is
+/// not an object or has no such member; `Err` when a key holds an escape
+/// (it might spell `key`).
+pub fn last_member<'a>(input: &'a [u8], key: &[u8]) -> Result<Option<&'a [u8]>, Unsure> {
+    let mut c = Cursor::new(input);
+    if c.peek() != Some(b'{') {
+        return Ok(None);
+    }
+    c.enter_object().ok_or(Unsure)?;
+    let mut first = true;
+    let mut found = None;
+    while let Some(k) = c.next_key(&mut first).ok_or(Unsure)? {
+        if k.escaped {
+            return Err(Unsure);
+        }
+        c.peek();
+        let start = c.offset();
+        c.skip_value().ok_or(Unsure)?;
+        if k.raw(input) == key {
+            found = input.get(start..c.offset());
+        }
+    }
+    Ok(found)
+}
+
+/// A raw JSON number as `serde_json::Value::as_u64` reads it: digits only
+/// (no sign, fraction or exponent) and within `u64`.
+pub fn as_u64(raw: &[u8]) -> Option<u64> {
+    if raw.is_empty() || !raw.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(raw).ok()?.parse().ok()
+}
+
+/// Whether `raw` (one JSON value a strict cursor accepted) is written
+/// exactly as `serde_json` writes the value it holds: no whitespace, each
+/// string with only the escapes `serde_json` writes (`\"`, `\\`, `\b`,
+/// `\f`, `\n`, `\r`, `\t`, `\u00xx` for the other control bytes), numbers
+/// that are integers it keeps as such (no fraction or exponent, no `-0`,
+/// within 64 bits), objects without a repeated key. Such text can stand
+/// for the value's serialisation (`Value::to_string`) without a parse.
+pub fn is_canonical(raw: &[u8]) -> bool {
+    let mut at = 0;
+    canonical_value(raw, &mut at, 0) && at == raw.len()
+}
+
+fn canonical_value(raw: &[u8], at: &mut usize, depth: u32) -> bool {
+    if depth > MAX_DEPTH {
+        return false;
+    }
+    match raw.get(*at) {
+        Some(b'"') => canonical_string(raw, at).is_some(),
+        Some(b'{') => {
+            *at += 1;
+            let mut keys: Vec<&[u8]> = Vec::new();
+            if raw.get(*at) == Some(&b'}') {
+                *at += 1;
+                return true;
+            }
+            loop {
+                let Some(key) = canonical_string(raw, at) else {
+                    return false;
+                };
+                if keys.contains(&key) || raw.get(*at) != Some(&b':') {
+                    return false;
+                }
+                keys.push(key);
+                *at += 1;
+                if !canonical_value(raw, at, depth + 1) {
+                    return false;
+                }
+                match raw.get(*at) {
+                    Some(b',') => *at += 1,
+                    Some(b'}') => {
+                        *at += 1;
+                        return true;
+                    }
+                    _ => return false,
+                }
+            }
+        }
+        Some(b'[') => {
+            *at += 1;
+            if raw.get(*at) == Some(&b']') {
+                *at += 1;
+                return true;
+            }
+            loop {
+                if !canonical_value(raw, at, depth + 1) {
+                    return false;
+                }
+                match raw.get(*at) {
+                    Some(b',') => *at += 1,
+                    Some(b']') => {
+                        *at += 1;
+                        return true;
+                    }
+                    _ => return false,
+                }
+            }
+        }
+        Some(b't') | Some(b'f') | Some(b'n') => {
+            for word in [&b"true"[..], b"false", b"null"] {
+                if raw.get(*at..*at + word.len()) == Some(word) {
+                    *at += word.len();
+                    return true;
+                }
+            }
+            false
+        }
+        Some(_) => {
+            let start = *at;
+            while matches!(raw.get(*at), Some(b'-' | b'0'..=b'9')) {
+                *at += 1;
+            }
+            let token = raw.get(start..*at).unwrap_or_default();
+            let digits = token.strip_prefix(b"-").unwrap_or(token);
+            let fits = std::str::from_utf8(token)
+                .ok()
+                .is_some_and(|t| t.parse::<i64>().is_ok() || t.parse::<u64>().is_ok());
+            fits && !digits.is_empty()
+                && token != b"-0"
+                && !matches!(raw.get(*at), Some(b'.' | b'e' | b'E'))
+        }
+        None => false,
+    }
+}
+
+/// A canonical string at `at` (its contents, and `at` moved past it).
+fn canonical_string<'a>(raw: &'a [u8], at: &mut usize) -> Option<&'a [u8]> {
+    if raw.get(*at) != Some(&b'"') {
+        return None;
+    }
+    let start = *at + 1;
+    let mut i = start;
+    loop {
+        i += plain_run(raw.get(i..)?);
+        match raw.get(i)? {
+            b'"' => {
+                *at = i + 1;
+                return raw.get(start..i);
+            }
+            b'\\' => match raw.get(i + 1)? {
+                b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
+                b'u' => {
+                    let hex = raw.get(i + 2..i + 6)?;
+                    let lower = hex
+                        .iter()
+                        .all(|h| h.is_ascii_digit() || (b'a'..=b'f').contains(h));
+                    let unit = u32::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
+                    let short = matches!(unit, 0x08 | 0x09 | 0x0a | 0x0c | 0x0d);
+                    if !lower || unit >= 0x20 || short {
+                        return None;
+                    }
+                    i += 6;
+                }
+                _ => return None,
+            },
+            _ => return None,
+        }
+    }
+}
+
 /// Whether a raw JSON string literal is the empty string `""`.
 pub fn is_empty_string(raw: &[u8]) -> bool {
     raw == b"\"\""
@@ -195,6 +380,36 @@ const STOP: [bool; 256] = {
     table[b'\\' as usize] = true;
     table
 };
+
+/// Marks (bit 7 of a byte) the quotes, backslashes and control bytes in
+/// eight bytes read little-endian. Bytes above a marked one may be marked
+/// falsely (borrows), so only the lowest mark is exact: it is the first
+/// such byte, and `trailing_zeros / 8` its offset (8 when there is none).
+/// Bytes from 0x80 up are never marked (UTF-8 is checked apart).
+#[inline]
+pub fn special_mask(word: u64) -> u64 {
+    let below_space = word.wrapping_sub(ONES * 0x20) & !word & HIGHS;
+    equal_bytes(word, b'"') | equal_bytes(word, b'\\') | below_space
+}
+
+/// How many leading bytes of `hay` are plain string bytes (no quote,
+/// backslash or control byte): eight at a time, then one by one.
+#[inline]
+pub fn plain_run(hay: &[u8]) -> usize {
+    let mut at = 0;
+    while let Some(chunk) = hay.get(at..at + 8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let mask = special_mask(u64::from_le_bytes(word));
+        if mask != 0 {
+            return at + (mask.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    at + hay.get(at..).map_or(0, |t| {
+        t.iter().take_while(|&&b| !STOP[usize::from(b)]).count()
+    })
+}
 
 /// The raw contents of a JSON string: the bytes between its quotes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -352,9 +567,8 @@ impl<'a> Cursor<'a> {
         let start = self.pos;
         let mut escaped = false;
         loop {
-            // Most bytes are plain: skip them in a tight loop.
-            let rest = self.buf.get(self.pos..)?;
-            self.pos += rest.iter().take_while(|&&b| !STOP[usize::from(b)]).count();
+            // Most bytes are plain: skip them eight at a time.
+            self.pos += plain_run(self.buf.get(self.pos..)?);
             match self.bump()? {
                 b'"' => {
                     return Some(RawStr {
@@ -365,31 +579,37 @@ impl<'a> Cursor<'a> {
                 }
                 b'\\' => {
                     escaped = true;
-                    match self.bump()? {
-                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
-                        b'u' => {
-                            let unit = self.hex4()?;
-                            if (0xDC00..0xE000).contains(&unit) {
-                                return None;
-                            }
-                            if (0xD800..0xDC00).contains(&unit) {
-                                // A high surrogate must be followed by a low
-                                // one, or serde_json (and the agent) reject
-                                // the text.
-                                if self.bump()? != b'\\' || self.bump()? != b'u' {
-                                    return None;
-                                }
-                                if !(0xDC00..0xE000).contains(&self.hex4()?) {
-                                    return None;
-                                }
-                            }
-                        }
-                        _ => return None,
-                    }
+                    self.strict_escape()?;
                 }
                 // Only control bytes are left: raw ones are not JSON.
                 _ => return None,
             }
+        }
+    }
+
+    /// The rest of an escape whose backslash was just read, checked as
+    /// `serde_json` checks it.
+    fn strict_escape(&mut self) -> Option<()> {
+        match self.bump()? {
+            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => Some(()),
+            b'u' => {
+                let unit = self.hex4()?;
+                if (0xDC00..0xE000).contains(&unit) {
+                    return None;
+                }
+                if (0xD800..0xDC00).contains(&unit) {
+                    // A high surrogate must be followed by a low one, or
+                    // serde_json (and the agent) reject the text.
+                    if self.bump()? != b'\\' || self.bump()? != b'u' {
+                        return None;
+                    }
+                    if !(0xDC00..0xE000).contains(&self.hex4()?) {
+                        return None;
+                    }
+                }
+                Some(())
+            }
+            _ => None,
         }
     }
 
@@ -906,6 +1126,147 @@ mod tests {
                 let expected = hay.iter().position(|&x| x == b'"' || x == b'\\');
                 assert_eq!(find2(b'"', b'\\', &hay), expected, "{hay:?}");
                 assert_eq!(find1(b'"', &hay), hay.iter().position(|&x| x == b'"'));
+            }
+        }
+    }
+
+    #[test]
+    fn plain_run_stops_where_the_byte_loop_stops_at_every_length() {
+        let mut rng = fastrand::Rng::with_seed(5);
+        for len in 0..200 {
+            for _ in 0..8 {
+                let hay: Vec<u8> = (0..len)
+                    .map(|_| match rng.u8(..) {
+                        0..=3 => b'"',
+                        4..=6 => b'\\',
+                        7..=12 => rng.u8(..0x20),
+                        _ => rng.u8(0x20..),
+                    })
+                    .collect();
+                let expected = hay
+                    .iter()
+                    .position(|&b| STOP[usize::from(b)])
+                    .unwrap_or(hay.len());
+                assert_eq!(plain_run(&hay), expected, "{hay:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_string_body_is_what_a_string_holds_between_its_quotes() {
+        for (raw, ok) in [
+            (&br"plain text"[..], true),
+            (b"", true),
+            (br#"a \"quoted\" word\n\u00e9\ud83d\ude00"#, true),
+            (br#"a "bare" quote"#, false),
+            (br"\q", false),
+            (br"\u12", false),
+            (br"\ud83d", false),
+            (br"\ude00", false),
+            (b"tab\there", false),
+            (br"ends in \", false),
+        ] {
+            assert_eq!(is_string_body(raw), ok, "{}", String::from_utf8_lossy(raw));
+            let quoted = [&b"\""[..], raw, b"\""].concat();
+            let mut c = Cursor::strict(&quoted);
+            let whole = c.string().is_some_and(|s| s.end == quoted.len() - 1);
+            assert_eq!(whole, ok, "the cursor agrees");
+        }
+    }
+
+    #[test]
+    fn the_last_member_and_its_count_read_as_a_parsed_object_reads_them() {
+        let texts = [
+            r#"{"usage":{"prompt_tokens":9,"completion_tokens":3}}"#,
+            r#"{"usage":{"prompt_tokens":9,"prompt_tokens":11}}"#,
+            r#"{"usage":{"prompt_tokens":9.0,"completion_tokens":-3}}"#,
+            r#"{"usage":{"prompt_tokens":18446744073709551616}}"#,
+            r#"{"usage":{"prompt_tokens":"9"}}"#,
+            r#"{"usage":null}"#,
+            r#"{"usage":[1],"usage":{"completion_tokens":0}}"#,
+            r#"{"other":{"usage":{"prompt_tokens":1}}}"#,
+        ];
+        for text in texts {
+            let v: serde_json::Value = serde_json::from_str(text).unwrap();
+            for key in ["prompt_tokens", "completion_tokens"] {
+                let want = v
+                    .get("usage")
+                    .and_then(|u| u.get(key))
+                    .and_then(|n| n.as_u64());
+                let usage = last_member(text.as_bytes(), b"usage").unwrap();
+                let got = usage
+                    .and_then(|u| last_member(u, key.as_bytes()).unwrap())
+                    .and_then(as_u64);
+                assert_eq!(got, want, "{text} {key}");
+            }
+        }
+        assert_eq!(last_member(br#"{"us\u0061ge":1}"#, b"usage"), Err(Unsure));
+    }
+
+    #[test]
+    fn canonical_text_is_what_serde_json_writes() {
+        let mut rng = fastrand::Rng::with_seed(9);
+        let samples = [
+            r#"{"a":1,"b":[true,false,null],"c":"x\"y\\z\n\u0001"}"#,
+            r#"{"a" : 1}"#,
+            r#"{"a":1.0}"#,
+            r#"{"a":1e2}"#,
+            r#"{"a":-0}"#,
+            r#"{"a":-5}"#,
+            r#"{"a":18446744073709551615}"#,
+            r#"{"a":18446744073709551616}"#,
+            r#"{"a":"\/"}"#,
+            r#"{"a":"\u00e9"}"#,
+            r#"{"a":"\u001F"}"#,
+            r#"{"a":"\u000a"}"#,
+            r#"{"a":1,"a":2}"#,
+            r#"[{"x":[]},{},"é"]"#,
+            "\"plain\"",
+            "12",
+        ];
+        for text in samples {
+            let v: serde_json::Value = serde_json::from_str(text).unwrap();
+            // Sound (canonical text is the serialisation); fractions are
+            // left to a parse even where they would match.
+            if is_canonical(text.as_bytes()) {
+                assert_eq!(v.to_string(), text);
+            } else {
+                let written = v.to_string();
+                assert!(written != text || text.contains('.'), "{text}");
+            }
+        }
+        // Generated values written by serde_json are canonical.
+        for _ in 0..300 {
+            let v = generated_value(&mut rng, 0);
+            let text = v.to_string();
+            assert!(is_canonical(text.as_bytes()), "{text}");
+        }
+    }
+
+    fn generated_value(rng: &mut fastrand::Rng, depth: u32) -> serde_json::Value {
+        use serde_json::json;
+        match rng.u8(..8) {
+            0 if depth < 4 => serde_json::Value::Array(
+                (0..rng.usize(..4))
+                    .map(|_| generated_value(rng, depth + 1))
+                    .collect(),
+            ),
+            1 if depth < 4 => {
+                let mut m = serde_json::Map::new();
+                for i in 0..rng.usize(..4) {
+                    m.insert(format!("k{i}\u{1}\"é"), generated_value(rng, depth + 1));
+                }
+                serde_json::Value::Object(m)
+            }
+            2 => json!(rng.i64(..)),
+            3 => json!(rng.u64(..)),
+            4 => json!(rng.bool()),
+            5 => serde_json::Value::Null,
+            _ => {
+                let s: String = (0..rng.usize(..12))
+                    .map(|_| char::from_u32(rng.u32(..0x300)).unwrap_or('x'))
+                    .collect();
+                json!(s)
             }
         }
     }

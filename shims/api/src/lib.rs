@@ -5,14 +5,17 @@
 //! This crate opens no sockets and knows nothing of retries; a shim built on
 //! it turns bytes and JSON into bytes and JSON, which keeps it easy to fuzz.
 
+pub mod body;
 pub mod failure;
 pub mod json;
 pub mod json_scan;
 pub mod openai;
+pub mod repeat;
 pub mod shim;
 pub mod sse;
 pub mod translate;
 
+pub use body::OpenAiBody;
 pub use failure::{Failure, FailureCode};
 pub use shim::{answer_shape, Folded, Shim, ShimError};
 pub use translate::{translate_all, Drive, FrameClass, StreamTranslator};

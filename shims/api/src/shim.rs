@@ -8,23 +8,31 @@
 
 use serde_json::Value;
 
+use crate::body::OpenAiBody;
 use crate::failure::Failure;
 use crate::translate::StreamTranslator;
 
-/// A native request folded into OpenAI form.
+/// A native request folded into OpenAI form. In the [`Shim`] contract the
+/// OpenAI body is [`OpenAiBody`], JSON text the shim writes straight from
+/// the native bytes (`B`, a `Value` by default, is what a shim's own
+/// helpers may build it as).
 #[derive(Debug, Clone)]
-pub struct Folded<O> {
+pub struct Folded<O, B = Value> {
     /// The OpenAI chat body sent to the compression proxy.
-    pub openai: Value,
-    /// What the shim keeps to restore from (the native body, parsed).
+    pub openai: B,
+    /// What the shim keeps to restore from (the native body, as the shim
+    /// reads it again: its bytes and where its parts sit, or parsed).
     pub original: O,
 }
+
+/// The members of an OpenAI request an answer's translators read.
+pub const SHAPE_KEYS: [&str; 3] = ["model", "stream", "stream_options"];
 
 /// The part of an OpenAI request a return-leg translator reads (`model`,
 /// `stream`, `stream_options`): a stream keeps this, not the conversation.
 pub fn answer_shape(request: &Value) -> Value {
     let mut shape = serde_json::Map::new();
-    for key in ["model", "stream", "stream_options"] {
+    for key in SHAPE_KEYS {
         if let Some(v) = request.get(key) {
             shape.insert(key.to_string(), v.clone());
         }
@@ -105,8 +113,10 @@ pub trait Shim: Send + Sync + 'static {
         Ok(None)
     }
 
-    /// Folds the native request body into an OpenAI chat body.
-    fn fold(&self, native: &[u8]) -> Result<Folded<Self::Original>, ShimError>;
+    /// Folds the native request body into an OpenAI chat body, written as
+    /// JSON text for the proxy (the runtime sends it as it is and reads the
+    /// parts it needs off the text).
+    fn fold(&self, native: &[u8]) -> Result<Folded<Self::Original, OpenAiBody>, ShimError>;
 
     /// What the ingress needs to answer a request itself when no proxy
     /// will read a fold (direct mode: the agent's bytes go upstream as
@@ -118,14 +128,17 @@ pub trait Shim: Send + Sync + 'static {
     /// anything it is unsure of. Default: `fold`, and the shape of its body.
     fn shape(&self, native: &[u8]) -> Result<(Value, Self::Original), ShimError> {
         let folded = self.fold(native)?;
-        Ok((answer_shape(&folded.openai), folded.original))
+        Ok((folded.openai.answer_shape(), folded.original))
     }
 
     /// Restores the native request body from the original and the
     /// (compressed) OpenAI body: only `messages`, `tools` and sampling fields
     /// come from `openai`, everything else from the original. Called once per
-    /// return-leg request.
-    fn restore(&self, original: &Self::Original, openai: &Value) -> Result<Vec<u8>, ShimError>;
+    /// return-leg request. `openai` is the proxy's text, checked; a shim
+    /// reads what it takes from it (the parts it rewrites), and may leave
+    /// the rest unread.
+    fn restore(&self, original: &Self::Original, openai: &OpenAiBody)
+        -> Result<Vec<u8>, ShimError>;
 
     /// A fresh return-leg translator for one upstream attempt. `request` is
     /// the OpenAI body the proxy sent (for `stream_options` and the like).

@@ -8,7 +8,7 @@ use bytes::BytesMut;
 use serde_json::Value;
 use shimgate_shim_api::sse::{write_data, SseEvent};
 use shimgate_shim_api::{
-    Failure, FailureCode, Folded, FrameClass, Shim, ShimError, StreamTranslator,
+    Failure, FailureCode, Folded, FrameClass, OpenAiBody, Shim, ShimError, StreamTranslator,
 };
 
 /// The inference path.
@@ -34,22 +34,22 @@ impl Shim for OpenAiShim {
         method.eq_ignore_ascii_case("POST") && path == INFERENCE_PATH
     }
 
-    fn fold(&self, native: &[u8]) -> Result<Folded<Value>, ShimError> {
+    fn fold(&self, native: &[u8]) -> Result<Folded<Value, OpenAiBody>, ShimError> {
         let original: Value = serde_json::from_slice(native)
             .map_err(|e| ShimError::new(format!("the body is not JSON: {e}")))?;
         if !original.is_object() {
             return Err(ShimError::new("the body is not a JSON object"));
         }
         Ok(Folded {
-            openai: original.clone(),
+            openai: OpenAiBody::of_value(&original),
             original,
         })
     }
 
     /// The original with the proxy's `messages`, `tools` and sampling fields.
-    fn restore(&self, original: &Value, openai: &Value) -> Result<Vec<u8>, ShimError> {
+    fn restore(&self, original: &Value, openai: &OpenAiBody) -> Result<Vec<u8>, ShimError> {
         let mut body = original.clone();
-        if let (Some(out), Some(from)) = (body.as_object_mut(), openai.as_object()) {
+        if let (Some(out), Some(from)) = (body.as_object_mut(), openai.value().as_object()) {
             for (k, v) in from {
                 out.insert(k.clone(), v.clone());
             }

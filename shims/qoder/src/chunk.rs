@@ -79,18 +79,59 @@ impl TopKeys {
 
 /// Reads a chunk: the cursor first, `serde_json` when the cursor is unsure
 /// (escaped keys, malformed text). Text `serde_json` refuses is `NotObject`.
+#[cfg(test)]
 pub(crate) fn inspect(json: &[u8]) -> Inner {
-    if let Some(inner) = inspect_fast(json) {
-        return inner;
+    inspect_spanned(json).0
+}
+
+/// Where the one answer string of a chunk lies: its delta's only
+/// `content` or `reasoning_content` string, in a chunk with no tool calls
+/// and no usage, as the offsets of its contents (between the quotes). The
+/// rest of the chunk says everything else about it: a chunk that repeats
+/// the rest byte for byte around another valid string is read the same
+/// way (see `memo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Varying {
+    pub start: usize,
+    pub end: usize,
+}
+
+/// What the walk saw of the answer strings.
+#[derive(Debug, Default)]
+struct Strings {
+    count: usize,
+    last: Option<Varying>,
+    /// A `tool_calls` member: its content depends on it too.
+    tool_calls: bool,
+}
+
+/// [`inspect`], and the chunk's [`Varying`] string when it has one.
+pub(crate) fn inspect_spanned(json: &[u8]) -> (Inner, Option<Varying>) {
+    let mut strings = Strings::default();
+    if let Some(inner) = inspect_walk(json, &mut strings) {
+        let varying = match inner {
+            Inner::Chunk(f) if !f.has_usage && strings.count == 1 && !strings.tool_calls => {
+                strings.last
+            }
+            _ => None,
+        };
+        return (inner, varying);
     }
-    match serde_json::from_slice::<Value>(json) {
+    let inner = match serde_json::from_slice::<Value>(json) {
         Ok(value) => inspect_value(&value),
         Err(_) => Inner::NotObject,
-    }
+    };
+    (inner, None)
 }
 
 /// The cursor reading; `None` when unsure.
+#[cfg(test)]
 fn inspect_fast(json: &[u8]) -> Option<Inner> {
+    inspect_walk(json, &mut Strings::default())
+}
+
+/// The cursor reading, noting the answer strings; `None` when unsure.
+fn inspect_walk(json: &[u8], strings: &mut Strings) -> Option<Inner> {
     // The chunk is copied into a frame: the strict cursor is unsure
     // wherever `serde_json` (and so the proxy) would refuse the text (an
     // out-of-range number, a bad escape, broken structure), and
@@ -114,7 +155,7 @@ fn inspect_fast(json: &[u8]) -> Option<Inner> {
         match key.raw(json) {
             b"choices" => {
                 keys.choices = true;
-                keys.nonempty_choices |= walk_choices(&mut c, &mut facts)?;
+                keys.nonempty_choices |= walk_choices(&mut c, &mut facts, strings)?;
             }
             b"usage" => keys.usage |= !c.skip_is_null()?,
             b"error" => keys.error |= !c.skip_is_null()?,
@@ -141,7 +182,7 @@ fn inspect_fast(json: &[u8]) -> Option<Inner> {
 }
 
 /// Walks `choices`; returns whether it held at least one item.
-fn walk_choices(c: &mut Cursor<'_>, facts: &mut ChunkFacts) -> Option<bool> {
+fn walk_choices(c: &mut Cursor<'_>, facts: &mut ChunkFacts, strings: &mut Strings) -> Option<bool> {
     if c.peek()? != b'[' {
         return c.skip_value().map(|()| false);
     }
@@ -161,7 +202,7 @@ fn walk_choices(c: &mut Cursor<'_>, facts: &mut ChunkFacts) -> Option<bool> {
                 return None;
             }
             match key.raw(c.buf()) {
-                b"delta" => walk_delta(c, facts)?,
+                b"delta" => walk_delta(c, facts, strings)?,
                 b"finish_reason" => facts.finish |= c.skip_is_nonempty_string()?,
                 _ => c.skip_value()?,
             }
@@ -170,7 +211,7 @@ fn walk_choices(c: &mut Cursor<'_>, facts: &mut ChunkFacts) -> Option<bool> {
     Some(any)
 }
 
-fn walk_delta(c: &mut Cursor<'_>, facts: &mut ChunkFacts) -> Option<()> {
+fn walk_delta(c: &mut Cursor<'_>, facts: &mut ChunkFacts, strings: &mut Strings) -> Option<()> {
     if c.peek()? != b'{' {
         return c.skip_value();
     }
@@ -183,10 +224,16 @@ fn walk_delta(c: &mut Cursor<'_>, facts: &mut ChunkFacts) -> Option<()> {
         match key.raw(c.buf()) {
             b"content" | b"reasoning_content" if c.peek()? == b'"' => {
                 let text = c.string()?;
+                strings.count += 1;
+                strings.last = Some(Varying {
+                    start: text.start,
+                    end: text.end,
+                });
                 facts.content |= !text.is_empty();
                 facts.content_chars += chars(text.raw(c.buf())) as usize;
             }
             b"tool_calls" => {
+                strings.tool_calls = true;
                 c.peek()?;
                 let start = c.offset();
                 let calls = c.skip_is_nonempty_array()?;

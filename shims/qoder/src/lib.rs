@@ -16,12 +16,13 @@ pub mod codec;
 pub mod cosy;
 mod envelope;
 pub mod frames;
+mod memo;
 mod oneline;
 mod scan;
 pub mod unwrap;
 
 use serde_json::Value;
-use shimgate_shim_api::{Failure, Folded, Shim, ShimError};
+use shimgate_shim_api::{Failure, Folded, OpenAiBody, Shim, ShimError};
 
 pub use ask::OriginalAsk;
 pub use unwrap::{QoderIngress, QoderReturnLeg, UsagePolicy};
@@ -75,8 +76,12 @@ impl Shim for QoderShim {
             .map_err(|e| ShimError::new(format!("an Encode=1 body that does not decode: {e}")))
     }
 
-    fn fold(&self, native: &[u8]) -> Result<Folded<OriginalAsk>, ShimError> {
-        ask::fold(native)
+    fn fold(&self, native: &[u8]) -> Result<Folded<OriginalAsk, OpenAiBody>, ShimError> {
+        let folded = ask::fold(native)?;
+        Ok(Folded {
+            openai: OpenAiBody::from_value(folded.openai),
+            original: folded.original,
+        })
     }
 
     /// Read without folding when the scan is sure; the original is empty:
@@ -93,8 +98,8 @@ impl Shim for QoderShim {
         ))
     }
 
-    fn restore(&self, original: &OriginalAsk, openai: &Value) -> Result<Vec<u8>, ShimError> {
-        ask::restore(original, openai)
+    fn restore(&self, original: &OriginalAsk, openai: &OpenAiBody) -> Result<Vec<u8>, ShimError> {
+        ask::restore(original, openai.value())
     }
 
     fn return_leg(&self, request: &Value) -> QoderReturnLeg {

@@ -20,10 +20,11 @@ use shimgate_shim_api::sse::{SseEvent, DONE_FRAME};
 use shimgate_shim_api::translate::Meter;
 use shimgate_shim_api::{Failure, FrameClass, StreamTranslator};
 
-use crate::chunk::{self, Inner};
+use crate::chunk::{self, Inner, Varying};
 use crate::classify::{self, UpstreamError};
 use crate::envelope::{scan_top, Body, Status, Top};
 use crate::frames;
+use crate::memo::Memo;
 use crate::oneline::{put_one_line, unescape_into};
 
 const DATA_PREFIX: &[u8] = b"data: ";
@@ -43,7 +44,11 @@ impl UsagePolicy {
     /// `stream_options.include_usage` to `false`; usage on a finish chunk is
     /// always kept (it shares the frame with the finish).
     pub fn for_request(request: &Value) -> Self {
-        match request.pointer("/stream_options/include_usage") {
+        // Two lookups (`pointer` allocates a string per step).
+        match request
+            .get("stream_options")
+            .and_then(|o| o.get("include_usage"))
+        {
             Some(Value::Bool(false)) => UsagePolicy::DropUsageOnly,
             _ => UsagePolicy::Keep,
         }
@@ -81,6 +86,14 @@ pub(crate) struct Unwrapper {
     terminal: Option<FrameClass>,
     /// What the answer said of its size.
     meter: Meter,
+    /// The bytes the stream's frames repeat (see [`crate::memo`]).
+    memo: Memo,
+    /// The answer string (and finish) of the chunk just judged, when the
+    /// memo may learn from it.
+    varying: Option<(Varying, bool)>,
+    /// Frames written from the memo (the tests check it is used).
+    #[cfg(test)]
+    pub(crate) memo_hits: usize,
 }
 
 impl Unwrapper {
@@ -88,6 +101,16 @@ impl Unwrapper {
     pub fn new(usage: UsagePolicy) -> Self {
         Unwrapper {
             usage,
+            ..Unwrapper::default()
+        }
+    }
+
+    /// An engine that reads every frame in full (no memo): the reference
+    /// the memo is tested against.
+    pub fn unmemoized(usage: UsagePolicy) -> Self {
+        Unwrapper {
+            usage,
+            memo: Memo::disabled(),
             ..Unwrapper::default()
         }
     }
@@ -147,8 +170,22 @@ impl Unwrapper {
         if data == b"[DONE]" {
             return end(out);
         }
+        if let Some(hit) = self.memo.apply(data, out) {
+            #[cfg(test)]
+            {
+                self.memo_hits += 1;
+            }
+            self.meter.content_chars += hit.chars as u64;
+            self.finish_seen |= hit.finish;
+            return if hit.content {
+                FrameClass::Content
+            } else {
+                FrameClass::NotContent
+            };
+        }
+        self.varying = None;
         if data.first() != Some(&b'{') || !could_be_envelope(data) {
-            return self.inner(data, Origin::Bare, out);
+            return self.bare(data, out);
         }
         // Optimistically decode the body into the frame while scanning.
         let frame_start = out.len();
@@ -157,7 +194,7 @@ impl Unwrapper {
             Some(top) if top.is_envelope() => self.envelope(data, frame_start, &top, out),
             Some(_) => {
                 out.truncate(frame_start);
-                self.inner(data, Origin::Bare, out)
+                self.bare(data, out)
             }
             None => {
                 out.truncate(frame_start);
@@ -185,7 +222,16 @@ impl Unwrapper {
             return upstream_failure(out, classify::upstream_error(top.status.failed(), &text));
         }
         match &top.body {
-            Body::Decoded(_) => self.close_frame(frame_start, Origin::Envelope, out),
+            Body::Decoded(raw) => {
+                let class = self.close_frame(frame_start, Origin::Envelope, out);
+                if let Some(varying) = self.varying.take() {
+                    let decoded = out
+                        .get(body_start..out.len().saturating_sub(2))
+                        .unwrap_or_default();
+                    self.memo.learn_envelope(data, *raw, decoded, varying);
+                }
+                class
+            }
             Body::Missing => {
                 out.truncate(frame_start);
                 FrameClass::NotContent
@@ -236,6 +282,18 @@ impl Unwrapper {
             return FrameClass::NotContent;
         }
         self.inner(&text, Origin::Envelope, out)
+    }
+
+    /// A bare chunk (not an envelope), written as it is; the memo learns
+    /// from it when it was written byte for byte.
+    fn bare(&mut self, data: &[u8], out: &mut BytesMut) -> FrameClass {
+        let class = self.inner(data, Origin::Bare, out);
+        if let Some(varying) = self.varying.take() {
+            if memchr::memchr2(b'\n', b'\r', data).is_none() {
+                self.memo.learn_bare(data, varying);
+            }
+        }
+        class
     }
 
     /// Writes `data: <chunk>` on one line and judges it.
@@ -290,8 +348,9 @@ impl Unwrapper {
         }
     }
 
-    fn judge(&mut self, chunk: &[u8], origin: Origin) -> Verdict {
-        let chunk = chunk.trim_ascii();
+    fn judge(&mut self, written: &[u8], origin: Origin) -> Verdict {
+        let chunk = written.trim_ascii();
+        let lead = written.len() - written.trim_ascii_start().len();
         // Heartbeats: body null, "", "null" (and `{}`, below).
         if chunk.is_empty() || chunk == b"null" {
             return Verdict::Drop;
@@ -299,7 +358,8 @@ impl Unwrapper {
         if chunk == b"[DONE]" {
             return Verdict::End;
         }
-        match chunk::inspect(chunk) {
+        let (inner, varying) = chunk::inspect_spanned(chunk);
+        match inner {
             // Bare text is someone's own frame, passed on as it is; an
             // envelope body is qoder's answer, and the proxy could not
             // read it as a chunk.
@@ -316,6 +376,16 @@ impl Unwrapper {
                     return Verdict::Drop;
                 }
                 self.finish_seen |= facts.finish;
+                self.varying = varying.map(|v| {
+                    let at = |offset: usize| offset + lead;
+                    (
+                        Varying {
+                            start: at(v.start),
+                            end: at(v.end),
+                        },
+                        facts.finish,
+                    )
+                });
                 Verdict::Keep(if facts.content {
                     FrameClass::Content
                 } else {
@@ -326,15 +396,29 @@ impl Unwrapper {
     }
 }
 
-/// The token counts of a chunk's `usage` (parsed whole: one chunk an
-/// answer carries it).
+/// The token counts of a chunk's `usage`, read off the checked chunk
+/// with the cursor; parsed whole only when a key is escaped.
 fn read_usage(chunk: &[u8], meter: &mut Meter) {
-    let Ok(v) = serde_json::from_slice::<Value>(chunk) else {
-        return;
+    use shimgate_shim_api::json_scan::{as_u64, last_member};
+    let counts = last_member(chunk, b"usage").and_then(|usage| {
+        let count = |key: &[u8]| match usage {
+            Some(u) => last_member(u, key).map(|n| n.and_then(as_u64)),
+            None => Ok(None),
+        };
+        Ok((count(b"prompt_tokens")?, count(b"completion_tokens")?))
+    });
+    let (prompt, completion) = match counts {
+        Ok(counts) => counts,
+        Err(_) => {
+            let Ok(v) = serde_json::from_slice::<Value>(chunk) else {
+                return;
+            };
+            let count = |key: &str| v.get("usage")?.get(key)?.as_u64();
+            (count("prompt_tokens"), count("completion_tokens"))
+        }
     };
-    let count = |key: &str| v.get("usage")?.get(key)?.as_u64();
-    meter.prompt_tokens = count("prompt_tokens").or(meter.prompt_tokens);
-    meter.completion_tokens = count("completion_tokens").or(meter.completion_tokens);
+    meter.prompt_tokens = prompt.or(meter.prompt_tokens);
+    meter.completion_tokens = completion.or(meter.completion_tokens);
 }
 
 /// Whether an object frame may be an envelope: one has a `body` or a
@@ -343,10 +427,14 @@ fn read_usage(chunk: &[u8], meter: &mut Meter) {
 /// judged without the envelope scan, which every reading of such a frame
 /// ends in anyway (`inner`, bare).
 fn could_be_envelope(data: &[u8]) -> bool {
-    use memchr::memmem::find;
-    find(data, b"body").is_some()
-        || find(data, b"statusCodeValue").is_some()
-        || find(data, b"\\u").is_some()
+    use memchr::memmem::Finder;
+    use std::sync::LazyLock;
+    // Searchers built once: building one for every frame cost more than
+    // the search.
+    static BODY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"body"));
+    static STATUS: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"statusCodeValue"));
+    static ESCAPE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\\u"));
+    BODY.find(data).is_some() || STATUS.find(data).is_some() || ESCAPE.find(data).is_some()
 }
 
 fn end(out: &mut BytesMut) -> FrameClass {
@@ -394,6 +482,24 @@ impl QoderReturnLeg {
     pub fn for_request(request: &Value) -> Self {
         Self::new(UsagePolicy::for_request(request))
     }
+
+    /// A translator that reads every frame in full, without the memo of
+    /// repeated bytes: the reference the differential tests and the fuzz
+    /// target hold the memo to.
+    #[doc(hidden)]
+    pub fn unmemoized(usage: UsagePolicy) -> Self {
+        QoderReturnLeg {
+            core: Unwrapper::unmemoized(usage),
+        }
+    }
+}
+
+#[cfg(test)]
+impl QoderReturnLeg {
+    /// Frames written from the memo so far.
+    pub(crate) fn memo_hits(&self) -> usize {
+        self.core.memo_hits
+    }
 }
 
 impl StreamTranslator for QoderReturnLeg {
@@ -425,6 +531,14 @@ impl QoderIngress {
     /// A translator for one relayed answer.
     pub fn new() -> Self {
         QoderIngress::default()
+    }
+
+    /// A translator without the memo (see [`QoderReturnLeg::unmemoized`]).
+    #[doc(hidden)]
+    pub fn unmemoized() -> Self {
+        QoderIngress {
+            core: Unwrapper::unmemoized(UsagePolicy::Keep),
+        }
     }
 }
 

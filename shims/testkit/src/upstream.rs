@@ -40,6 +40,16 @@ pub fn now_ns() -> u64 {
     origin().elapsed().as_nanos() as u64
 }
 
+/// When the last request any upstream of this process finished reading
+/// arrived ([`now_ns`]): with one call in flight at a time, the moment the
+/// call's request reached the upstream, which splits a time to first
+/// token into the request's way in and the answer's way out.
+pub fn last_request_ns() -> u64 {
+    LAST_REQUEST.load(Ordering::Relaxed)
+}
+
+static LAST_REQUEST: AtomicU64 = AtomicU64::new(0);
+
 /// One request as received.
 #[derive(Debug, Clone)]
 pub struct Recorded {
@@ -309,6 +319,7 @@ impl Upstream {
 async fn serve(mut stream: TcpStream, up: Upstream, script: Arc<Script>) {
     let mut buf = BytesMut::with_capacity(8192);
     while let Some(req) = read_request(&mut stream, &mut buf).await {
+        LAST_REQUEST.store(now_ns(), Ordering::Relaxed);
         let n = up.hits.fetch_add(1, Ordering::SeqCst);
         if up.record {
             up.log.lock().unwrap().push(req.clone());

@@ -11,7 +11,7 @@
 //! and benches use live in `shimgate-testkit` (`shims/testkit`).
 
 use serde_json::Value;
-use shimgate_shim_api::{Failure, Folded, Shim, ShimError};
+use shimgate_shim_api::{Failure, Folded, OpenAiBody, Shim, ShimError};
 
 pub mod classify;
 pub mod ext;
@@ -22,6 +22,9 @@ pub mod restore;
 pub mod solo;
 pub mod to_openai;
 pub mod to_solo;
+mod written;
+
+pub use written::Written;
 
 pub use ext::EXT_KEY;
 pub use to_openai::ToOpenAi;
@@ -30,8 +33,51 @@ pub use to_solo::ToSolo;
 /// The path of SOLO's chat call, the only request the ingress takes over.
 pub const INFERENCE_PATH: &str = "/api/agent/v3/llm_utils_chat";
 
+/// The SOLO body as the agent sent it, kept under a rid for restore.
+#[derive(Debug, Clone)]
+pub enum TraeOriginal {
+    /// Its bytes and where its parts sit (the written fold's: what restore
+    /// does not take from the proxy is copied as the agent wrote it).
+    Written { text: Vec<u8>, kept: Written },
+    /// Parsed, key order kept (a body the written fold left to the
+    /// `Value` fold: a repeated key, an out-of-range number).
+    Parsed(Value),
+}
+
+impl Default for TraeOriginal {
+    fn default() -> Self {
+        TraeOriginal::Parsed(Value::Null)
+    }
+}
+
+impl TraeOriginal {
+    /// The body parsed (for tests and tools; restore reads the bytes).
+    pub fn value(&self) -> Value {
+        match self {
+            TraeOriginal::Written { text, .. } => {
+                serde_json::from_slice(text).unwrap_or(Value::Null)
+            }
+            TraeOriginal::Parsed(v) => v.clone(),
+        }
+    }
+}
+
+/// The fold through `serde_json::Value`, the reference the written fold
+/// makes the same OpenAI body as (and what it leaves the bodies it is
+/// unsure of to): a number outside f64's range travels as a tag, which
+/// restore puts back.
+pub fn fold_parsed(native: &[u8]) -> Result<Folded<TraeOriginal>, ShimError> {
+    let original = shimgate_shim_api::json::parse_keeping_numbers(native)
+        .map_err(|e| ShimError::new(format!("trae body is not JSON: {e}")))?;
+    let openai = fold::fold_body(&original)?;
+    Ok(Folded {
+        openai,
+        original: TraeOriginal::Parsed(original),
+    })
+}
+
 /// The trae shim. It holds no state: everything per request lives in the
-/// `Original` (the parsed SOLO body) and the translators.
+/// `Original` (the SOLO body) and the translators.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TraeShim;
 
@@ -43,8 +89,8 @@ impl TraeShim {
 }
 
 impl Shim for TraeShim {
-    /// The SOLO body as the agent sent it, parsed with key order preserved.
-    type Original = Value;
+    /// The SOLO body as the agent sent it.
+    type Original = TraeOriginal;
     type ReturnLeg = ToOpenAi;
     type Ingress = ToSolo;
 
@@ -58,36 +104,55 @@ impl Shim for TraeShim {
         method.eq_ignore_ascii_case("POST") && path == INFERENCE_PATH
     }
 
-    fn fold(&self, native: &[u8]) -> Result<Folded<Value>, ShimError> {
-        // A number outside f64's range travels as a tag; restore puts it back.
-        let original = shimgate_shim_api::json::parse_keeping_numbers(native)
-            .map_err(|e| ShimError::new(format!("trae body is not JSON: {e}")))?;
-        let openai = fold::fold_body(&original)?;
-        Ok(Folded { openai, original })
+    /// Written from the bytes in one pass ([`written`]); a body that pass
+    /// is unsure of goes through [`fold_parsed`].
+    fn fold(&self, native: &[u8]) -> Result<Folded<TraeOriginal, OpenAiBody>, ShimError> {
+        if std::str::from_utf8(native).is_ok() {
+            match written::fold(native) {
+                Some(Ok((openai, kept))) => {
+                    return Ok(Folded {
+                        openai: OpenAiBody::written(openai),
+                        original: TraeOriginal::Written {
+                            text: native.to_vec(),
+                            kept,
+                        },
+                    })
+                }
+                Some(Err(why)) => return Err(ShimError::new(why)),
+                None => {}
+            }
+        }
+        let folded = fold_parsed(native)?;
+        Ok(Folded {
+            openai: OpenAiBody::from_value(folded.openai),
+            original: folded.original,
+        })
     }
 
     /// Read without folding when the scan is sure; the original is
     /// `null`: the ingress translator ([`ToSolo`]) needs none.
-    fn shape(&self, native: &[u8]) -> Result<(Value, Value), ShimError> {
+    fn shape(&self, native: &[u8]) -> Result<(Value, TraeOriginal), ShimError> {
         if let Some(shape) = fold::shape(native) {
-            return Ok((shape, Value::Null));
+            return Ok((shape, TraeOriginal::default()));
         }
         let folded = self.fold(native)?;
-        Ok((
-            shimgate_shim_api::answer_shape(&folded.openai),
-            folded.original,
-        ))
+        Ok((folded.openai.answer_shape(), folded.original))
     }
 
-    fn restore(&self, original: &Value, openai: &Value) -> Result<Vec<u8>, ShimError> {
-        restore::restore_body(original, openai)
+    fn restore(&self, original: &TraeOriginal, openai: &OpenAiBody) -> Result<Vec<u8>, ShimError> {
+        match original {
+            TraeOriginal::Written { text, kept } => {
+                restore::restore_written(text, kept, openai.value())
+            }
+            TraeOriginal::Parsed(value) => restore::restore_body(value, openai.value()),
+        }
     }
 
     fn return_leg(&self, request: &Value) -> ToOpenAi {
         ToOpenAi::new(request)
     }
 
-    fn ingress(&self, _original: &Value) -> ToSolo {
+    fn ingress(&self, _original: &TraeOriginal) -> ToSolo {
         ToSolo::new()
     }
 

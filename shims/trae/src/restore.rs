@@ -25,6 +25,7 @@
 //! A number outside f64's range that fold carried as a tag (see
 //! [`shimgate_shim_api::json`]) is written back as the agent's own token.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use serde_json::{Map, Value};
@@ -32,6 +33,7 @@ use shimgate_shim_api::ShimError;
 
 use crate::fold::{joined_text, SAMPLING};
 use crate::json_write as jw;
+use crate::written::Written;
 
 /// Keys that only mean something next to `tools`.
 const TOOL_KEYS: [&str; 3] = ["tools", "tool_choice", "parallel_tool_calls"];
@@ -46,12 +48,7 @@ pub fn restore_body(original: &Value, openai: &Value) -> Result<Vec<u8>, ShimErr
     let orig = original
         .as_object()
         .ok_or_else(|| ShimError::new("the original trae body is not an object"))?;
-    let comp = openai
-        .as_object()
-        .ok_or_else(|| ShimError::new("the compressed body is not an object"))?;
-    if !comp.get("messages").is_some_and(Value::is_array) {
-        return Err(ShimError::new("the compressed body has no messages list"));
-    }
+    let comp = compressed(openai)?;
     let ctx = Context::new(orig);
     let mut out = Vec::with_capacity(estimate(openai));
     out.push(b'{');
@@ -85,6 +82,61 @@ pub fn restore_body(original: &Value, openai: &Value) -> Result<Vec<u8>, ShimErr
     Ok(shimgate_shim_api::json::restore_numbers(out))
 }
 
+/// The compressed body's members, with its `messages` list checked.
+fn compressed(openai: &Value) -> Result<&Map<String, Value>, ShimError> {
+    let comp = openai
+        .as_object()
+        .ok_or_else(|| ShimError::new("the compressed body is not an object"))?;
+    if !comp.get("messages").is_some_and(Value::is_array) {
+        return Err(ShimError::new("the compressed body has no messages list"));
+    }
+    Ok(comp)
+}
+
+/// [`restore_body`] for an original the written fold kept (its bytes and
+/// the places of its parts): the same body, with what restore does not
+/// take from the proxy copied as the agent wrote it.
+pub fn restore_written(text: &[u8], kept: &Written, openai: &Value) -> Result<Vec<u8>, ShimError> {
+    let comp = compressed(openai)?;
+    let ctx = Context::written(text, kept);
+    let key_of = |span: &std::ops::Range<usize>| {
+        text.get(span.clone())
+            .and_then(|k| std::str::from_utf8(k).ok())
+            .unwrap_or_default()
+    };
+    let has = |key: &str| kept.members.iter().any(|(k, _)| key_of(k) == key);
+    let mut out = Vec::with_capacity(estimate(openai));
+    out.push(b'{');
+    let mut first = true;
+    let mut member = |out: &mut Vec<u8>, key: &str| {
+        if !std::mem::take(&mut first) {
+            out.push(b',');
+        }
+        jw::string(out, key);
+        out.push(b':');
+    };
+    let no_tools = !comp.contains_key("tools");
+    for (key, value) in &kept.members {
+        let key = key_of(key);
+        if no_tools && TOOL_KEYS.contains(&key) && !comp.contains_key(key) {
+            continue;
+        }
+        member(&mut out, key);
+        match comp.get(key).filter(|_| taken(key)) {
+            Some(from_proxy) => ctx.write_taken(&mut out, key, from_proxy),
+            None => out.extend_from_slice(text.get(value.clone()).unwrap_or(b"null")),
+        }
+    }
+    for (key, value) in comp {
+        if taken(key) && !has(key) {
+            member(&mut out, key);
+            ctx.write_taken(&mut out, key, value);
+        }
+    }
+    out.push(b'}');
+    Ok(shimgate_shim_api::json::restore_numbers(out))
+}
+
 /// A rough output size: the compressed messages dominate.
 fn estimate(openai: &Value) -> usize {
     let chars: usize = openai
@@ -106,14 +158,40 @@ fn content_chars(message: &Value) -> usize {
 struct Context<'a> {
     /// Joined text → (role, original content list) for original messages
     /// whose several text parts were folded into one string.
-    parts: HashMap<String, Vec<(&'a str, &'a Value)>>,
+    parts: HashMap<String, Vec<(Cow<'a, str>, Raw<'a>)>>,
     /// Tool name → the original `parameters` string.
-    params: HashMap<&'a str, &'a str>,
+    params: HashMap<Cow<'a, str>, Cow<'a, str>>,
+}
+
+/// A piece of the original: parsed, or the agent's bytes.
+#[derive(Clone, Copy)]
+enum Raw<'a> {
+    Value(&'a Value),
+    Text(&'a [u8]),
+}
+
+impl Raw<'_> {
+    fn write(self, out: &mut Vec<u8>) {
+        match self {
+            Raw::Value(v) => jw::value(out, v),
+            Raw::Text(t) => out.extend_from_slice(t),
+        }
+    }
+}
+
+/// A raw string literal decoded (borrowed when it holds no escape).
+fn literal(raw: &[u8]) -> Option<Cow<'_, str>> {
+    let inner = raw.get(1..raw.len().checked_sub(1)?)?;
+    if inner.contains(&b'\\') {
+        serde_json::from_slice::<String>(raw).ok().map(Cow::Owned)
+    } else {
+        std::str::from_utf8(inner).ok().map(Cow::Borrowed)
+    }
 }
 
 impl<'a> Context<'a> {
     fn new(orig: &'a Map<String, Value>) -> Context<'a> {
-        let mut parts: HashMap<String, Vec<(&str, &Value)>> = HashMap::new();
+        let mut parts: HashMap<String, Vec<(Cow<'a, str>, Raw<'a>)>> = HashMap::new();
         for m in orig
             .get("messages")
             .and_then(Value::as_array)
@@ -124,7 +202,10 @@ impl<'a> Context<'a> {
                 if list.len() > 1 {
                     if let Some(joined) = joined_text(list) {
                         let role = m.get("role").and_then(Value::as_str).unwrap_or("");
-                        parts.entry(joined).or_default().push((role, content));
+                        parts
+                            .entry(joined)
+                            .or_default()
+                            .push((Cow::Borrowed(role), Raw::Value(content)));
                     }
                 }
             }
@@ -136,7 +217,36 @@ impl<'a> Context<'a> {
             .flatten()
             .filter_map(|t| {
                 let f = t.get("function")?;
-                Some((f.get("name")?.as_str()?, f.get("parameters")?.as_str()?))
+                Some((
+                    Cow::Borrowed(f.get("name")?.as_str()?),
+                    Cow::Borrowed(f.get("parameters")?.as_str()?),
+                ))
+            })
+            .collect();
+        Context { parts, params }
+    }
+
+    /// The same, from what the written fold kept.
+    fn written(text: &'a [u8], kept: &'a Written) -> Context<'a> {
+        let mut parts: HashMap<String, Vec<(Cow<'a, str>, Raw<'a>)>> = HashMap::new();
+        for (joined, role, list) in &kept.parts {
+            let (Some(joined), Some(list)) = (literal(joined), text.get(list.clone())) else {
+                continue;
+            };
+            let role = text.get(role.clone()).and_then(literal).unwrap_or_default();
+            parts
+                .entry(joined.into_owned())
+                .or_default()
+                .push((role, Raw::Text(list)));
+        }
+        let params = kept
+            .params
+            .iter()
+            .filter_map(|(name, p)| {
+                Some((
+                    literal(text.get(name.clone())?)?,
+                    literal(text.get(p.clone())?)?,
+                ))
             })
             .collect();
         Context { parts, params }
@@ -220,7 +330,7 @@ impl<'a> Context<'a> {
                     .find(|(r, _)| *r == role || (role == "developer" && *r == "system"))
             });
             if let Some((_, parts)) = original {
-                jw::value(out, parts);
+                parts.write(out);
                 return;
             }
         }
@@ -244,7 +354,7 @@ impl<'a> Context<'a> {
         let text = match self.params.get(name) {
             // The agent's own text when the proxy left the schema alone.
             Some(orig) if serde_json::from_str::<Value>(orig).ok().as_ref() == Some(params) => {
-                (*orig).to_owned()
+                orig.to_string()
             }
             _ => serde_json::to_string(params).unwrap_or_default(),
         };

@@ -27,6 +27,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use serde_json::Value;
+use shimgate_shim_api::repeat::{offset_in, Around};
 use shimgate_shim_api::sse::{SseEvent, DONE_FRAME};
 use shimgate_shim_api::translate::{chars, Meter};
 use shimgate_shim_api::{Failure, FailureCode, FrameClass, StreamTranslator};
@@ -50,6 +51,42 @@ pub struct ToOpenAi {
     ended: Option<FrameClass>,
     /// What the answer said of its size.
     meter: Meter,
+    /// The bytes the answer's `output` frames repeat around their text.
+    memo: Option<OutputMemo>,
+    /// Without the memo: every frame read in full (the reference).
+    unmemoized: bool,
+}
+
+/// The bytes an answer's `output` frames repeat around their one text
+/// (see [`shimgate_shim_api::repeat`]), from a frame read in full whose
+/// only content was that text.
+#[derive(Debug)]
+struct OutputMemo {
+    around: Around,
+    /// The text is `reasoning_content` (else `response`).
+    reasoning: bool,
+    /// The frame had no member OpenAI lacks: its chunk is the text alone.
+    plain: bool,
+}
+
+impl OutputMemo {
+    fn learn(data: &[u8], o: &Output<'_>) -> Option<OutputMemo> {
+        if !o.tools.is_empty() {
+            return None;
+        }
+        let (literal, reasoning) = match (o.has_text(), o.has_reasoning()) {
+            (true, false) => (o.response, false),
+            (false, true) => (o.reasoning, true),
+            _ => return None,
+        };
+        let start = offset_in(data, literal)? + 1;
+        let around = Around::new(data, start, (start + literal.len()).checked_sub(2)?)?;
+        Some(OutputMemo {
+            around,
+            reasoning,
+            plain: o.extra.is_empty(),
+        })
+    }
 }
 
 impl ToOpenAi {
@@ -76,8 +113,10 @@ impl ToOpenAi {
         head.extend_from_slice(b",\"model\":");
         jw::string(&mut head, model);
         head.extend_from_slice(b",\"choices\":[");
+        // Two lookups (`pointer` allocates a string per step).
         let include_usage = request
-            .pointer("/stream_options/include_usage")
+            .get("stream_options")
+            .and_then(|o| o.get("include_usage"))
             .and_then(Value::as_bool)
             != Some(false);
         ToOpenAi {
@@ -88,6 +127,42 @@ impl ToOpenAi {
             usage: None,
             ended: None,
             meter: Meter::default(),
+            memo: None,
+            unmemoized: false,
+        }
+    }
+
+    /// A translator that reads every frame in full, without the memo of
+    /// repeated bytes: the reference the differential tests and the fuzz
+    /// targets hold the memo to.
+    #[doc(hidden)]
+    pub fn unmemoized(request: &Value, id: &str, created: u64) -> ToOpenAi {
+        ToOpenAi {
+            unmemoized: true,
+            ..ToOpenAi::with_identity(request, id, created)
+        }
+    }
+
+    /// Whether it holds a memo (the tests check it is used).
+    #[doc(hidden)]
+    pub fn has_memo(&self) -> bool {
+        self.memo.is_some()
+    }
+
+    /// The text of an `output` frame that repeats the memo's bytes.
+    fn remembered<'d>(&self, data: &'d [u8]) -> Option<(&'d [u8], &OutputMemo)> {
+        let memo = self.memo.as_ref()?;
+        Some((memo.around.contents(data)?, memo))
+    }
+
+    /// Learns from an `output` frame read in full (keeping the old memo
+    /// when this one cannot be learned from).
+    fn learn(&mut self, data: &[u8], o: &Output<'_>) {
+        if self.unmemoized {
+            return;
+        }
+        if let Some(memo) = OutputMemo::learn(data, o) {
+            self.memo = Some(memo);
         }
     }
 
@@ -145,10 +220,27 @@ impl ToOpenAi {
     }
 
     fn output(&mut self, ev: &SseEvent, out: &mut BytesMut) -> FrameClass {
+        // A frame that repeats the memo's bytes around a text, with no ID
+        // or retry of its own to carry: the chunk is that text alone.
+        if ev.id == self.last_id && ev.retry.is_none() {
+            if let Some((text, memo)) = self.remembered(&ev.data) {
+                if memo.plain && !text.is_empty() {
+                    let key: &[u8] = if memo.reasoning {
+                        b"\"reasoning_content\":\""
+                    } else {
+                        b"\"content\":\""
+                    };
+                    self.chunk(out, &[key, text, b"\""], None, &Ext::default());
+                    self.meter.content_chars += chars(text);
+                    return FrameClass::Content;
+                }
+            }
+        }
         let Some(o) = Output::parse(&ev.data).filter(Output::is_content) else {
             self.carrier(ev, out);
             return FrameClass::NotContent;
         };
+        self.learn(&ev.data, &o);
         self.named_call |= o.tools.iter().any(|t| !t.name.is_empty());
         self.meter.content_chars += content_chars(&o);
         let mut ext = Ext::default();
@@ -355,13 +447,38 @@ fn content_chars(o: &Output<'_>) -> u64 {
 
 /// `token_usage`'s counts, under either spelling SOLO uses.
 fn read_usage(data: &[u8], meter: &mut Meter) {
-    let Ok(v) = serde_json::from_slice::<Value>(data) else {
+    use shimgate_shim_api::json_scan::{as_u64, is_valid, last_member};
+    // Text `serde_json` refuses says nothing (as it did parsed).
+    if std::str::from_utf8(data).is_err() || !is_valid(data) {
         return;
+    }
+    // Off the text with the cursor; parsed whole only when a key is
+    // escaped (or the text is not JSON the cursor can walk).
+    let cursor = |names: [&[u8]; 2]| -> Result<Option<u64>, shimgate_shim_api::json_scan::Unsure> {
+        for name in names {
+            if let Some(n) = last_member(data, name)?.and_then(as_u64) {
+                return Ok(Some(n));
+            }
+        }
+        Ok(None)
     };
-    let count = |names: [&str; 2]| names.iter().find_map(|n| v.get(*n)?.as_u64());
-    meter.prompt_tokens = count(["prompt_tokens", "input_tokens"]).or(meter.prompt_tokens);
-    meter.completion_tokens =
-        count(["completion_tokens", "output_tokens"]).or(meter.completion_tokens);
+    let counts = cursor([b"prompt_tokens", b"input_tokens"])
+        .and_then(|p| Ok((p, cursor([b"completion_tokens", b"output_tokens"])?)));
+    let (prompt, completion) = match counts {
+        Ok(counts) => counts,
+        Err(_) => {
+            let Ok(v) = serde_json::from_slice::<Value>(data) else {
+                return;
+            };
+            let count = |names: [&str; 2]| names.iter().find_map(|n| v.get(*n)?.as_u64());
+            (
+                count(["prompt_tokens", "input_tokens"]),
+                count(["completion_tokens", "output_tokens"]),
+            )
+        }
+    };
+    meter.prompt_tokens = prompt.or(meter.prompt_tokens);
+    meter.completion_tokens = completion.or(meter.completion_tokens);
 }
 
 fn is_done_marker(ev: &SseEvent) -> bool {
@@ -408,13 +525,22 @@ impl StreamTranslator for ToOpenAi {
         }
         let class = match ev.event.as_deref().unwrap_or_default() {
             b"output" => {
+                if let Some((text, _)) = self.remembered(&ev.data) {
+                    self.meter.content_chars += chars(text);
+                    return if text.is_empty() {
+                        FrameClass::NotContent
+                    } else {
+                        FrameClass::Content
+                    };
+                }
                 return match Output::parse(&ev.data).filter(Output::is_content) {
                     Some(o) => {
+                        self.learn(&ev.data, &o);
                         self.meter.content_chars += content_chars(&o);
                         FrameClass::Content
                     }
                     None => FrameClass::NotContent,
-                }
+                };
             }
             b"token_usage" => {
                 read_usage(&ev.data, &mut self.meter);

@@ -34,6 +34,7 @@ use crate::classify::SoloError;
 use crate::ext::{failure_payload, EXT_KEY};
 use crate::json_write as jw;
 use shimgate_shim_api::json_scan::{Cursor, RawStr};
+use shimgate_shim_api::repeat::{offset_in, Around};
 
 /// The ingress translator for one answer relayed by the proxy.
 #[derive(Debug, Default)]
@@ -52,6 +53,22 @@ pub struct ToSolo {
     /// An error to write at the end (carried or a standard error frame).
     error: Option<(Carried, Failure)>,
     ended: Option<FrameClass>,
+    /// The bytes the relayed plain content chunks repeat around their text.
+    memo: Option<ChunkMemo>,
+    /// Without the memo: every frame read in full (the reference).
+    unmemoized: bool,
+}
+
+/// The bytes an answer's plain content chunks repeat around their one
+/// text (see [`shimgate_shim_api::repeat`]), from a chunk read in full
+/// whose other text was empty.
+#[derive(Debug)]
+struct ChunkMemo {
+    around: Around,
+    /// The text is `reasoning_content` (else `content`).
+    reasoning: bool,
+    /// The other text's literal, as that chunk gave it.
+    other: Vec<u8>,
 }
 
 /// A carried SOLO event's payload.
@@ -96,6 +113,75 @@ impl ToSolo {
     /// A fresh translator.
     pub fn new() -> ToSolo {
         ToSolo::default()
+    }
+
+    /// A translator that reads every frame in full, without the memo of
+    /// repeated bytes: the reference the differential tests and the fuzz
+    /// targets hold the memo to.
+    #[doc(hidden)]
+    pub fn unmemoized() -> ToSolo {
+        ToSolo {
+            unmemoized: true,
+            ..ToSolo::default()
+        }
+    }
+
+    /// Whether it holds a memo (the tests check it is used).
+    #[doc(hidden)]
+    pub fn has_memo(&self) -> bool {
+        self.memo.is_some()
+    }
+
+    /// The texts of a plain content chunk: from the memo when `data`
+    /// repeats its bytes around a text, else read in full (and learned
+    /// from).
+    fn plain_texts<'d>(&mut self, data: &'d [u8]) -> Option<(Literal<'d>, Literal<'d>)> {
+        if let Some(m) = &self.memo {
+            if let Some(text) = m.around.contents(data) {
+                // The full reading leaves a chunk naming `x_solo` to the
+                // `Value` reading; a key cannot straddle the text's quotes.
+                if names_ext(text) {
+                    return None;
+                }
+                let start = offset_in(data, text)?;
+                let raw = RawStr {
+                    start,
+                    end: start + text.len(),
+                    escaped: text.contains(&b'\\'),
+                };
+                let varying = text_literal(data, Some(Some(raw)))?;
+                let other = if m.other == EMPTY_LITERAL {
+                    Cow::Borrowed(EMPTY_LITERAL)
+                } else {
+                    Cow::Owned(m.other.clone())
+                };
+                return Some(if m.reasoning {
+                    (other, varying)
+                } else {
+                    (varying, other)
+                });
+            }
+        }
+        let (content, reasoning) = plain_delta_texts(data)?;
+        let literals = (text_literal(data, content)?, text_literal(data, reasoning)?);
+        if !self.unmemoized {
+            let nonempty = |t: &Text| matches!(t, Some(Some(raw)) if !raw.is_empty());
+            let learned = match (nonempty(&content), nonempty(&reasoning)) {
+                (true, false) => content.flatten().map(|raw| (raw, false, &literals.1)),
+                (false, true) => reasoning.flatten().map(|raw| (raw, true, &literals.0)),
+                _ => None,
+            };
+            if let Some((raw, reasoning, other)) = learned {
+                if let Some(around) = Around::new(data, raw.start, raw.end) {
+                    self.memo = Some(ChunkMemo {
+                        around,
+                        reasoning,
+                        other: other.to_vec(),
+                    });
+                }
+            }
+        }
+        Some(literals)
     }
 
     /// Writes one SOLO frame; `id` is the last-event-id the event had
@@ -151,7 +237,7 @@ impl ToSolo {
     /// it into a `Value` (which cost more than the rest of the frame's
     /// relaying together). `None`: any other chunk, for the `Value` reading.
     fn plain_content(&mut self, data: &[u8], out: &mut BytesMut) -> Option<FrameClass> {
-        let (response, reasoning) = plain_delta(data)?;
+        let (response, reasoning) = self.plain_texts(data)?;
         if response == EMPTY_LITERAL && reasoning == EMPTY_LITERAL {
             return Some(FrameClass::NotContent);
         }
@@ -403,17 +489,26 @@ impl ToSolo {
     }
 }
 
+/// Whether `text` names the extension key anywhere (a searcher built
+/// once: building one for every frame cost more than the search).
+fn names_ext(text: &[u8]) -> bool {
+    static FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(EXT_KEY.as_bytes()));
+    FINDER.find(text).is_some()
+}
+
 /// `""`, the literal of an absent or null text.
 const EMPTY_LITERAL: &[u8] = b"\"\"";
 
 /// The text and reasoning of a plain content chunk (see
-/// [`ToSolo::plain_content`]) as the string literals [`jw::string`] writes
-/// for them; `None` for any other chunk, or one the scanner is unsure of
-/// (the `Value` reading decides those). One strict pass: a member that is
-/// read is validated where it is read, the rest where it is skipped.
-fn plain_delta(data: &[u8]) -> Option<(Literal<'_>, Literal<'_>)> {
+/// [`ToSolo::plain_content`]) as they sit in `data` ([`text_literal`]
+/// gives the string literals [`jw::string`] writes for them); `None` for
+/// any other chunk, or one the scanner is unsure of (the `Value` reading
+/// decides those). One strict pass: a member that is read is validated
+/// where it is read, the rest where it is skipped.
+fn plain_delta_texts(data: &[u8]) -> Option<(Text, Text)> {
     // A carrier (most non-content frames) is the `Value` reading's anyway.
-    if memchr::memmem::find(data, EXT_KEY.as_bytes()).is_some() {
+    if names_ext(data) {
         return None;
     }
     std::str::from_utf8(data).ok()?;
@@ -435,8 +530,7 @@ fn plain_delta(data: &[u8]) -> Option<(Literal<'_>, Literal<'_>)> {
     if !c.at_end() {
         return None;
     }
-    let (content, reasoning) = texts?;
-    Some((text_literal(data, content)?, text_literal(data, reasoning)?))
+    texts
 }
 
 /// A string literal as the SOLO frame holds it.
@@ -515,7 +609,7 @@ struct CarrierFields<'a> {
 /// without escapes, a plain integer `retry`) and whose `data` is
 /// [`canonical`]; `None` for any other chunk (the `Value` reading takes it).
 fn carrier_fields(chunk: &[u8]) -> Option<CarrierFields<'_>> {
-    memchr::memmem::find(chunk, EXT_KEY.as_bytes())?;
+    names_ext(chunk).then_some(())?;
     let text = std::str::from_utf8(chunk).ok()?;
     let mut c = Cursor::strict(chunk);
     c.enter_object()?;

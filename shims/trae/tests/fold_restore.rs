@@ -5,14 +5,36 @@
 
 use serde_json::{json, Value};
 use shimgate_shim_api::Shim;
-use shimgate_shim_trae::TraeShim;
+use shimgate_shim_trae::{TraeOriginal, TraeShim};
 
 fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(format!("{}/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
 }
 
-fn restored(original: &Value, openai: &Value) -> Value {
-    serde_json::from_slice(&TraeShim.restore(original, openai).unwrap()).unwrap()
+/// An original as restore takes it: the fold's own, or a parsed body.
+trait AsOriginal {
+    fn original(&self) -> TraeOriginal;
+}
+
+impl AsOriginal for TraeOriginal {
+    fn original(&self) -> TraeOriginal {
+        self.clone()
+    }
+}
+
+impl AsOriginal for Value {
+    fn original(&self) -> TraeOriginal {
+        TraeOriginal::Parsed(self.clone())
+    }
+}
+
+fn restored(original: &impl AsOriginal, openai: &Value) -> Value {
+    serde_json::from_slice(
+        &TraeShim
+            .restore(&original.original(), &openai.into())
+            .unwrap(),
+    )
+    .unwrap()
 }
 
 /// The tools' `parameters` strings parsed, for comparing schemas.
@@ -93,7 +115,7 @@ fn fold_shows_the_proxy_an_openai_body_without_solo_fields() {
 #[test]
 fn proxy_injected_prompt_tools_and_nudge_survive_restore_in_solo_form() {
     let folded = TraeShim.fold(&fixture("max_mode_request.json")).unwrap();
-    let mut openai = folded.openai.clone();
+    let mut openai = folded.openai.value().clone();
     // What billion-context does (research/bili.md §1.3): tags, its prompt
     // appended to the first system message, its tools, a trailing nudge,
     // stream_options, text-part lists joined with "\n", `name` dropped.
@@ -148,7 +170,7 @@ fn proxy_injected_prompt_tools_and_nudge_survive_restore_in_solo_form() {
         "prompt_max_tokens",
         "session_extra",
     ] {
-        assert_eq!(back[kept], folded.original[kept], "{kept}");
+        assert_eq!(back[kept], folded.original.value()[kept], "{kept}");
     }
 }
 
@@ -243,9 +265,11 @@ fn bad_bodies_are_refused_with_a_reason() {
     assert!(TraeShim.fold(b"not json").is_err());
     assert!(TraeShim.fold(b"{\"model\":\"m\"}").is_err());
     let original = json!({"messages":[]});
-    assert!(TraeShim.restore(&original, &json!({"model":"m"})).is_err());
     assert!(TraeShim
-        .restore(&json!([]), &json!({"messages":[]}))
+        .restore(&original.original(), &json!({"model":"m"}).into())
+        .is_err());
+    assert!(TraeShim
+        .restore(&json!([]).original(), &json!({"messages":[]}).into())
         .is_err());
 }
 

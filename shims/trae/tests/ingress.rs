@@ -185,7 +185,7 @@ fn an_upstream_error_through_bili_keeps_its_code_and_message() {
 
 #[test]
 fn fail_writes_a_solo_error_and_ends() {
-    let mut t = TraeShim.ingress(&json!({}));
+    let mut t = TraeShim.ingress(&shimgate_shim_trae::TraeOriginal::Parsed(json!({})));
     let mut out = BytesMut::new();
     t.event(
         &SseEvent::data(chunk(json!({"content":"a"}), Value::Null).to_string()),

@@ -150,7 +150,8 @@ fn a_request_restored_after_compression_keeps_its_out_of_range_numbers() {
     let mut openai: Value =
         serde_json::from_slice(&serde_json::to_vec(&folded.openai).unwrap()).unwrap();
     openai["messages"] = json!([{"role":"user","content":"short"}]);
-    let text = String::from_utf8(TraeShim.restore(&folded.original, &openai).unwrap()).unwrap();
+    let text =
+        String::from_utf8(TraeShim.restore(&folded.original, &openai.into()).unwrap()).unwrap();
     assert!(text.contains(r#""temperature":1e400"#), "{text}");
     assert!(text.contains(r#""limits":[-2E+999,1.5]"#), "{text}");
 }

@@ -312,9 +312,15 @@ struct ShimRuntime {
     budget_exhausted: u64,
 }
 
+/// What the chain knows of each route, by shim and route name: a few
+/// routes a shim, looked up on every step of every call, so a list walked
+/// with a name compare (a map keyed by an owned name cost a `String` per
+/// lookup).
+type RouteTable = Vec<(&'static str, Vec<(String, RouteRuntime)>)>;
+
 #[derive(Debug, Default)]
 struct Inner {
-    routes: HashMap<(&'static str, String), RouteRuntime>,
+    routes: RouteTable,
     shims: HashMap<&'static str, ShimRuntime>,
     log: VecDeque<AttemptEntry>,
     calls: VecDeque<CallRecord>,
@@ -323,7 +329,29 @@ struct Inner {
 
 impl Inner {
     fn route(&mut self, shim: &'static str, route: &str) -> &mut RouteRuntime {
-        self.routes.entry((shim, route.to_string())).or_default()
+        let at = match self.routes.iter().position(|(s, _)| *s == shim) {
+            Some(at) => at,
+            None => {
+                self.routes.push((shim, Vec::new()));
+                self.routes.len() - 1
+            }
+        };
+        let list = &mut self.routes[at].1;
+        let at = match list.iter().position(|(name, _)| name == route) {
+            Some(at) => at,
+            None => {
+                list.push((route.to_owned(), RouteRuntime::default()));
+                list.len() - 1
+            }
+        };
+        &mut list[at].1
+    }
+
+    /// Every route's runtime, with its shim and name.
+    fn all_routes(&self) -> impl Iterator<Item = (&'static str, &str, &RouteRuntime)> {
+        self.routes
+            .iter()
+            .flat_map(|(shim, list)| list.iter().map(|(name, rt)| (*shim, name.as_str(), rt)))
     }
 
     fn shim(&mut self, shim: &'static str) -> &mut ShimRuntime {
@@ -747,7 +775,12 @@ impl ChainState {
     pub fn reset(&self) {
         let mut inner = self.lock();
         let now = Now::system();
-        for rt in inner.routes.values_mut() {
+        for rt in inner
+            .routes
+            .iter_mut()
+            .flat_map(|(_, list)| list.iter_mut())
+            .map(|(_, rt)| rt)
+        {
             let resting = rt.cooling(now.mono).is_some() || rt.breaker.name(now.mono) != "closed";
             if resting {
                 rt.history.change(Change {

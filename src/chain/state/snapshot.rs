@@ -118,9 +118,9 @@ impl ChainState {
             saved_at: iso8601(now.wall),
             shims: BTreeMap::new(),
         };
-        for ((shim, name), rt) in &inner.routes {
+        for (shim, name, rt) in inner.all_routes() {
             let entry = file.shims.entry(shim.to_string()).or_default();
-            entry.routes.insert(name.clone(), route_file(rt, now));
+            entry.routes.insert(name.to_owned(), route_file(rt, now));
         }
         for (shim, rt) in &inner.shims {
             if rt.pinned.is_some() {

@@ -26,7 +26,10 @@ pub use digest::{compare, digest, Call, Data, Digest, End, Seen};
 #[cfg(feature = "dev")]
 pub use generate::generate;
 #[cfg(feature = "dev")]
-pub use pipeline::{convert, pieces, rebuild, round_trip, run, Proxy, PROXIES};
+pub use pipeline::{
+    convert, convert_unmemoized, pieces, rebuild, rebuild_unmemoized, round_trip, run, Proxy,
+    PROXIES,
+};
 
 /// The SOLO chat path.
 pub const PATH: &str = "/api/agent/v3/llm_utils_chat";

@@ -57,9 +57,24 @@ pub fn convert(chunks: impl IntoIterator<Item = Bytes>) -> Vec<u8> {
     )
 }
 
+/// [`convert`] with every frame read in full (no memo of repeated
+/// bytes): the reference the memo is held to.
+pub fn convert_unmemoized(chunks: impl IntoIterator<Item = Bytes>) -> Vec<u8> {
+    let request = json!({"model": "glm-5.2", "stream": true});
+    run(
+        &mut ToOpenAi::unmemoized(&request, "chatcmpl-test", 1),
+        chunks,
+    )
+}
+
 /// The ingress over an OpenAI stream given as `chunks`.
 pub fn rebuild(chunks: impl IntoIterator<Item = Bytes>) -> Vec<u8> {
     run(&mut ToSolo::new(), chunks)
+}
+
+/// [`rebuild`] with every frame read in full (no memo).
+pub fn rebuild_unmemoized(chunks: impl IntoIterator<Item = Bytes>) -> Vec<u8> {
+    run(&mut ToSolo::unmemoized(), chunks)
 }
 
 /// Which proxy sat between the two legs.
