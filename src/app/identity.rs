@@ -27,7 +27,9 @@ const HASH_HEX: usize = 32;
 
 /// The key and where it lives.
 pub struct ProxyIdentity {
-    key: [u8; 32],
+    /// The MAC with the key already taken in (the key's two blocks are
+    /// hashed once, not on every request).
+    mac: Hmac<Sha256>,
     /// The key file, when the key was read from or written to it.
     pub file: Option<PathBuf>,
     /// Why the key could not be kept (it then lasts until a restart).
@@ -43,7 +45,7 @@ impl ProxyIdentity {
         let file = dir.join(KEY_FILE);
         match read_key(&file).or_else(|_| write_key(&file)) {
             Ok(key) => ProxyIdentity {
-                key,
+                mac: keyed(&key),
                 file: Some(file),
                 problem: None,
             },
@@ -54,7 +56,7 @@ impl ProxyIdentity {
                 );
                 tracing::warn!("{problem}");
                 ProxyIdentity {
-                    key: secret_file::random_bytes().unwrap_or([7; 32]),
+                    mac: keyed(&secret_file::random_bytes().unwrap_or([7; 32])),
                     file: None,
                     problem: Some(problem),
                 }
@@ -65,7 +67,7 @@ impl ProxyIdentity {
     /// A key given directly (tests).
     pub fn with_key(key: [u8; 32]) -> ProxyIdentity {
         ProxyIdentity {
-            key,
+            mac: keyed(&key),
             file: None,
             problem: None,
         }
@@ -75,11 +77,7 @@ impl ProxyIdentity {
     /// hash of the first of `names` it carries (no such header: the shim's
     /// anonymous identity).
     pub fn of(&self, shim: &str, names: &[&str], headers: &HeaderMap) -> String {
-        let mut mac = match Hmac::<Sha256>::new_from_slice(&self.key) {
-            Ok(m) => m,
-            // HMAC takes keys of any length; this arm is never taken.
-            Err(_) => return format!("{IDENTITY_PREFIX}{shim}-anonymous"),
-        };
+        let mut mac = self.mac.clone();
         mac.update(shim.as_bytes());
         mac.update(&[0]);
         let named = names.iter().find_map(|n| {
@@ -106,6 +104,13 @@ impl ProxyIdentity {
         }
         id
     }
+}
+
+/// The MAC keyed with `key` (HMAC takes keys of any length: the fallback,
+/// an all-zero key, is never taken).
+fn keyed(key: &[u8; 32]) -> Hmac<Sha256> {
+    Hmac::<Sha256>::new_from_slice(key)
+        .unwrap_or_else(|_| <Hmac<Sha256> as hmac::digest::KeyInit>::new(&Default::default()))
 }
 
 fn read_key(file: &Path) -> std::io::Result<[u8; 32]> {

@@ -18,6 +18,9 @@ use crate::shim::ShimError;
 pub struct OpenAiBody {
     text: Bytes,
     parsed: OnceLock<Value>,
+    /// Where the top-level members sit, walked once on the first lookup
+    /// (a return leg reads five or six members of one body).
+    members: OnceLock<Result<Vec<json_scan::MemberSpan>, json_scan::Unsure>>,
 }
 
 impl std::fmt::Debug for OpenAiBody {
@@ -35,6 +38,7 @@ impl OpenAiBody {
         OpenAiBody {
             text: text.into(),
             parsed: OnceLock::new(),
+            members: OnceLock::new(),
         }
     }
 
@@ -111,12 +115,21 @@ impl OpenAiBody {
     /// parsed body keeps it); `Err` when a key holds an escape (it might
     /// spell `key`), and the caller reads [`OpenAiBody::value`].
     pub fn member(&self, key: &str) -> Result<Option<&[u8]>, json_scan::Unsure> {
-        json_scan::last_member(&self.text, key.as_bytes())
+        let spans = self
+            .members
+            .get_or_init(|| json_scan::member_spans(&self.text))
+            .as_ref()
+            .map_err(|u| *u)?;
+        Ok(json_scan::last_of(&self.text, spans, key.as_bytes()))
     }
 
     /// The top-level member `key` parsed (it alone; the whole body only
-    /// when a key holds an escape).
+    /// when a key holds an escape), or taken from the parse when there is
+    /// one.
     pub fn get(&self, key: &str) -> Option<Value> {
+        if let Some(parsed) = self.parsed.get() {
+            return parsed.get(key).cloned();
+        }
         match self.member(key) {
             Ok(raw) => serde_json::from_slice(raw?).ok(),
             Err(_) => self.value().get(key).cloned(),

@@ -168,6 +168,50 @@ pub fn last_member<'a>(input: &'a [u8], key: &[u8]) -> Result<Option<&'a [u8]>, 
     Ok(found)
 }
 
+/// Where each top-level member of the object in `input` sits: its key's
+/// contents (no quotes) and its raw value, in order, read leniently as
+/// [`last_member`] reads them (the same `Ok`/`Err` for every key): one walk
+/// for a reader that looks up several members of one body.
+pub fn member_spans(input: &[u8]) -> Result<Vec<MemberSpan>, Unsure> {
+    let mut c = Cursor::new(input);
+    if c.peek() != Some(b'{') {
+        return Ok(Vec::new());
+    }
+    c.enter_object().ok_or(Unsure)?;
+    let mut first = true;
+    let mut spans = Vec::new();
+    while let Some(k) = c.next_key(&mut first).ok_or(Unsure)? {
+        if k.escaped {
+            return Err(Unsure);
+        }
+        c.peek();
+        let start = c.offset();
+        c.skip_value().ok_or(Unsure)?;
+        spans.push(MemberSpan {
+            key: k.start..k.end,
+            value: start..c.offset(),
+        });
+    }
+    Ok(spans)
+}
+
+/// One member's place in its object's text ([`member_spans`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberSpan {
+    pub key: std::ops::Range<usize>,
+    pub value: std::ops::Range<usize>,
+}
+
+/// The raw value of the last member named `key` among `spans` of `input`
+/// ([`last_member`] of `input`, without walking it again).
+pub fn last_of<'a>(input: &'a [u8], spans: &[MemberSpan], key: &[u8]) -> Option<&'a [u8]> {
+    spans
+        .iter()
+        .rev()
+        .find(|s| input.get(s.key.clone()) == Some(key))
+        .and_then(|s| input.get(s.value.clone()))
+}
+
 /// A raw JSON number as `serde_json::Value::as_u64` reads it: digits only
 /// (no sign, fraction or exponent) and within `u64`.
 pub fn as_u64(raw: &[u8]) -> Option<u64> {
@@ -1201,6 +1245,46 @@ mod tests {
             }
         }
         assert_eq!(last_member(br#"{"us\u0061ge":1}"#, b"usage"), Err(Unsure));
+    }
+
+    #[test]
+    fn member_spans_read_every_key_as_last_member_does() {
+        let mut texts: Vec<Vec<u8>> = [
+            r#"{"usage":[1],"usage":{"completion_tokens":0},"stream":true}"#,
+            r#" { "a" : 1 , "b" : "x\"y" , "a" : [ {"a":2} ] } "#,
+            r#"{"us\u0061ge":1,"stream":true}"#,
+            r#"{}"#,
+            r#"[1,2]"#,
+            r#""s""#,
+            r#"{"a":"#,
+            r#"{"a":1,}"#,
+            "",
+        ]
+        .iter()
+        .map(|t| t.as_bytes().to_vec())
+        .collect();
+        // Every prefix and a byte flipped: broken text is answered alike.
+        let whole = br#"{"model":"m","stream":false,"messages":[{"role":"user","content":"hi \u00e9"}],"stream":true}"#;
+        let mut rng = fastrand::Rng::with_seed(24);
+        for end in 0..=whole.len() {
+            texts.push(whole[..end].to_vec());
+            let mut flipped = whole.to_vec();
+            if let Some(b) = flipped.get_mut(rng.usize(..whole.len())) {
+                *b = b"{}[]\":,x1 "[rng.usize(..10)];
+            }
+            texts.push(flipped);
+        }
+        for text in &texts {
+            let spans = member_spans(text);
+            for key in ["usage", "stream", "a", "b", "model", "messages", "none"] {
+                let want = last_member(text, key.as_bytes());
+                let got = spans
+                    .as_ref()
+                    .map(|s| last_of(text, s, key.as_bytes()))
+                    .map_err(|u| *u);
+                assert_eq!(got, want, "{} {key}", String::from_utf8_lossy(text));
+            }
+        }
     }
 
     #[test]

@@ -21,7 +21,7 @@ const TEXT = {
     configuredR: "configured", cooling: "cooling", "breaker-open": "breaker open",
     disabled: "disabled", "off-hours": "off hours", expired: "expired",
     backAt: "back at", opensAt: "opens at", endedAt: "ended",
-    route: "route", success: "success", ttft: "TTFT median", speed: "output speed",
+    route: "route", success: "success", successHint: "smoothed as the ranking reads it: (ok + 1) / (tries + 2)", ttft: "TTFT median", speed: "output speed",
     tokensToday: "tokens today (prompt / completion)", inFlight: "in flight / cap",
     breaker: "breaker", score: "score", lastFailure: "last failure", window: "window",
     changesH: "state changes", nextProbe: "next probe", allDay: "all day", until: "until",
@@ -48,7 +48,7 @@ const TEXT = {
     restore: "恢复", restoreAll: "全部恢复", pinned: "已置顶", ranked: "按实测",
     configuredR: "按配置", cooling: "冷却中", "breaker-open": "熔断中", disabled: "已停用",
     "off-hours": "不在时段", expired: "已到期", backAt: "恢复于", opensAt: "开放于", endedAt: "结束于",
-    route: "线路", success: "成功率", ttft: "首字延迟中位数", speed: "输出速度",
+    route: "线路", success: "成功率", successHint: "按排序所用的平滑值：(成功 + 1) / (尝试 + 2)", ttft: "首字延迟中位数", speed: "输出速度",
     tokensToday: "今日 token（输入 / 输出）", inFlight: "并发 / 上限", breaker: "熔断器",
     score: "评分", lastFailure: "最近失败", window: "时段", changesH: "状态变化",
     nextProbe: "下次探测", allDay: "全天", until: "截止", noFailures: "今日没有线路失败。",
@@ -224,7 +224,7 @@ function renderRoutes() {
         <td>${changes ? `<details><summary>${(r.changes || []).length}</summary><ul class="changes">${changes}</ul></details>` : ""}</td></tr>`;
     }).join("");
     return `<h3>${esc(shim)}</h3><div class="scroll"><table><thead><tr>
-      <th>${t("route")}</th><th>${t("success")}</th><th>${t("ttft")}</th><th>${t("speed")}</th><th>${t("tokensToday")}</th>
+      <th>${t("route")}</th><th title="${esc(t("successHint"))}">${t("success")}</th><th>${t("ttft")}</th><th>${t("speed")}</th><th>${t("tokensToday")}</th>
       <th>${t("inFlight")}</th><th>${t("breaker")}</th><th>${t("score")}</th><th>${t("lastFailure")}</th><th>${t("window")}</th><th>${t("changesH")}</th>
       </tr></thead><tbody>${rows}</tbody></table></div>`;
   }).join("");
