@@ -108,6 +108,11 @@ impl Connections {
                 }))
             }
         });
+        // hyper's defaults on purpose: no server setting shrinks a
+        // connection's buffers (the read buffer starts at 8 KiB whatever
+        // `max_buf_size` says, the write-head buffer is a fixed 8 KiB), and
+        // `half_close`, `writev(false)` and `max_headers` measured no
+        // change in memory per idle stream (benches/README.md, 2026-12-02).
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(self.limits.header_read_timeout)
