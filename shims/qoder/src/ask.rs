@@ -10,9 +10,19 @@
 //! it records the user's turn for the server, while the model reads
 //! `messages`. After compression the last user message may be the proxy's
 //! nudge, or carry its `<acp …>` tags, neither of which is the user's text.
+//!
+//! The shim folds and restores through [`fold_body`] and [`restore_body`],
+//! which work from the ask's bytes ([`crate::written`]: the `Value` fold
+//! cost a qoder stream 90k of its 976k instructions, all before the first
+//! token) and leave what they are unsure of to [`fold`] and [`restore`],
+//! the `Value` reference they are tested against.
+
+use std::borrow::Cow;
 
 use serde_json::{Map, Value};
-use shimgate_shim_api::{Folded, ShimError};
+use shimgate_shim_api::{Folded, OpenAiBody, ShimError};
+
+use crate::written::{self, Written};
 
 /// The OpenAI sampling fields carried between the ask's `parameters` and
 /// the OpenAI body.
@@ -36,14 +46,40 @@ pub const DEFAULT_MODEL: &str = "auto";
 /// it (the runtime's `Shim::Original`).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct OriginalAsk {
-    ask: Map<String, Value>,
+    kept: Kept,
     system_folded: bool,
 }
 
+/// How the ask is kept.
+#[derive(Debug, Clone, PartialEq)]
+enum Kept {
+    /// Parsed, key order kept (the `Value` fold's: an ask the written fold
+    /// was unsure of, a repeated key or an out-of-range number).
+    Parsed(Map<String, Value>),
+    /// Its bytes and where its members sit ([`crate::written`]).
+    Written(Written),
+}
+
+impl Default for Kept {
+    fn default() -> Self {
+        Kept::Parsed(Map::new())
+    }
+}
+
 impl OriginalAsk {
-    /// The parsed ask, keys in the agent's order.
-    pub fn ask(&self) -> &Map<String, Value> {
-        &self.ask
+    /// The parsed ask, keys in the agent's order (parsed here when the
+    /// ask was kept as its bytes).
+    pub fn ask(&self) -> Cow<'_, Map<String, Value>> {
+        match &self.kept {
+            Kept::Parsed(ask) => Cow::Borrowed(ask),
+            // The written fold read the text strictly, so it parses.
+            Kept::Written(w) => Cow::Owned(serde_json::from_slice(&w.text).unwrap_or_default()),
+        }
+    }
+
+    /// Whether the ask was kept as its bytes (the written fold took it).
+    pub fn is_written(&self) -> bool {
+        matches!(self.kept, Kept::Written(_))
     }
 
     /// Whether fold turned a top-level `system` string into a leading
@@ -54,12 +90,18 @@ impl OriginalAsk {
 
     /// `model_config.key`, the catalog model (`X-Model-Key` for a codec).
     pub fn model_key(&self) -> Option<&str> {
-        self.ask.get("model_config")?.get("key")?.as_str()
+        match &self.kept {
+            Kept::Parsed(ask) => ask.get("model_config")?.get("key")?.as_str(),
+            Kept::Written(w) => w.model_key.as_deref(),
+        }
     }
 
     /// The agent's `request_id`.
     pub fn request_id(&self) -> Option<&str> {
-        self.ask.get("request_id")?.as_str()
+        match &self.kept {
+            Kept::Parsed(ask) => ask.get("request_id")?.as_str(),
+            Kept::Written(w) => w.request_id.as_deref(),
+        }
     }
 }
 
@@ -113,8 +155,44 @@ pub fn fold(native: &[u8]) -> Result<Folded<OriginalAsk>, ShimError> {
     openai.insert("stream".into(), Value::Bool(true));
     Ok(Folded {
         openai: Value::Object(openai),
-        original: OriginalAsk { ask, system_folded },
+        original: OriginalAsk {
+            kept: Kept::Parsed(ask),
+            system_folded,
+        },
     })
+}
+
+/// [`fold`] as the shim runs it: written from the bytes in one pass
+/// ([`crate::written`]) when that pass is sure, the same OpenAI body as
+/// [`fold`]'s; else through [`fold`].
+pub fn fold_body(native: &[u8]) -> Result<Folded<OriginalAsk, OpenAiBody>, ShimError> {
+    match written::fold(native) {
+        Some(Ok(done)) => Ok(Folded {
+            openai: OpenAiBody::written(done.openai),
+            original: OriginalAsk {
+                kept: Kept::Written(done.kept),
+                system_folded: done.system_folded,
+            },
+        }),
+        Some(Err(refused)) => Err(refused),
+        None => {
+            let folded = fold(native)?;
+            Ok(Folded {
+                openai: OpenAiBody::from_value(folded.openai),
+                original: folded.original,
+            })
+        }
+    }
+}
+
+/// [`restore`] as the shim runs it: an original kept as its bytes is
+/// restored from them and the body's text, reading only the members it
+/// needs; a parsed one from the body's `Value`.
+pub fn restore_body(original: &OriginalAsk, openai: &OpenAiBody) -> Result<Vec<u8>, ShimError> {
+    match &original.kept {
+        Kept::Written(w) => written::restore(w, openai, &fresh_uuid()),
+        Kept::Parsed(_) => restore(original, openai.value()),
+    }
 }
 
 /// The answer shape of the body [`fold`] would make (`model` from
@@ -175,7 +253,7 @@ fn rebuild_with_id(
     let Some(Value::Array(messages)) = body.get("messages") else {
         return Err(ShimError::new("compressed body has no messages array"));
     };
-    let mut ask = original.ask.clone();
+    let mut ask = original.ask().into_owned();
     if let Some(Value::String(_)) = ask.get("system") {
         if let Some(text) = leading_system_text(messages) {
             ask.insert("system".into(), text.into());
@@ -210,13 +288,16 @@ fn restore_with_id(
     openai: &Value,
     new_id: &str,
 ) -> Result<Vec<u8>, ShimError> {
+    let ask = match &original.kept {
+        Kept::Parsed(ask) => ask,
+        Kept::Written(w) => return written::restore(w, &OpenAiBody::of_value(openai), new_id),
+    };
     let Some(body) = openai.as_object() else {
         return Err(ShimError::new("compressed body is not a JSON object"));
     };
     let Some(Value::Array(messages)) = body.get("messages") else {
         return Err(ShimError::new("compressed body has no messages array"));
     };
-    let ask = &original.ask;
     let system = match ask.get("system") {
         Some(Value::String(_)) => leading_system_text(messages),
         _ => None,
@@ -303,7 +384,7 @@ fn starts_with_system(messages: &[Value]) -> bool {
 
 /// The text of a leading system message (string content, or its text parts
 /// joined by newlines).
-fn leading_system_text(messages: &[Value]) -> Option<String> {
+pub(crate) fn leading_system_text(messages: &[Value]) -> Option<String> {
     if !starts_with_system(messages) {
         return None;
     }
@@ -328,16 +409,26 @@ fn rebuilt_parameters(
     ask: &Map<String, Value>,
     body: &Map<String, Value>,
 ) -> Option<Map<String, Value>> {
-    let had_parameters = matches!(ask.get("parameters"), Some(Value::Object(_)));
-    let mut parameters = match ask.get("parameters") {
-        Some(Value::Object(p)) => p.clone(),
-        _ => Map::new(),
+    let had = match ask.get("parameters") {
+        Some(Value::Object(p)) => Some(p),
+        _ => None,
     };
+    rebuild_parameters(had, |key| body.get(key).cloned())
+}
+
+/// [`rebuilt_parameters`] from the ask's `parameters` object (`None`: it
+/// had none) and the body's member `key` (`sampled`).
+pub(crate) fn rebuild_parameters(
+    had: Option<&Map<String, Value>>,
+    sampled: impl Fn(&str) -> Option<Value>,
+) -> Option<Map<String, Value>> {
+    let had_parameters = had.is_some();
+    let mut parameters = had.cloned().unwrap_or_default();
     let old_effort = parameters.get("reasoning_effort").cloned();
     for key in SAMPLING_KEYS {
-        match body.get(key).filter(|v| !v.is_null()) {
+        match sampled(key).filter(|v| !v.is_null()) {
             Some(v) => {
-                parameters.insert(key.into(), v.clone());
+                parameters.insert(key.into(), v);
             }
             None => {
                 parameters.shift_remove(key);
@@ -386,3 +477,6 @@ fn record_follows(ask: &Map<String, Value>) -> bool {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod differential;

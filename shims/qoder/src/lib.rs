@@ -20,6 +20,7 @@ mod memo;
 mod oneline;
 mod scan;
 pub mod unwrap;
+mod written;
 
 use serde_json::Value;
 use shimgate_shim_api::{Failure, Folded, OpenAiBody, Shim, ShimError};
@@ -76,12 +77,10 @@ impl Shim for QoderShim {
             .map_err(|e| ShimError::new(format!("an Encode=1 body that does not decode: {e}")))
     }
 
+    /// Written from the bytes when the one strict pass is sure
+    /// ([`ask::fold_body`]); else through the `Value` fold.
     fn fold(&self, native: &[u8]) -> Result<Folded<OriginalAsk, OpenAiBody>, ShimError> {
-        let folded = ask::fold(native)?;
-        Ok(Folded {
-            openai: OpenAiBody::from_value(folded.openai),
-            original: folded.original,
-        })
+        ask::fold_body(native)
     }
 
     /// Read without folding when the scan is sure; the original is empty:
@@ -91,15 +90,12 @@ impl Shim for QoderShim {
         if let Some(shape) = ask::shape(native) {
             return Ok((shape, OriginalAsk::default()));
         }
-        let folded = ask::fold(native)?;
-        Ok((
-            shimgate_shim_api::answer_shape(&folded.openai),
-            folded.original,
-        ))
+        let folded = ask::fold_body(native)?;
+        Ok((folded.openai.answer_shape(), folded.original))
     }
 
     fn restore(&self, original: &OriginalAsk, openai: &OpenAiBody) -> Result<Vec<u8>, ShimError> {
-        ask::restore(original, openai.value())
+        ask::restore_body(original, openai)
     }
 
     fn return_leg(&self, request: &Value) -> QoderReturnLeg {
