@@ -46,7 +46,11 @@ fuzz_target!(|data: &[u8]| {
     let Ok(Members(members)) = serde_json::from_slice::<Members>(data) else {
         return;
     };
-    let named: Vec<&Value> = members.iter().filter(|(k, _)| k == KEY).map(|(_, v)| v).collect();
+    let named: Vec<&Value> = members
+        .iter()
+        .filter(|(k, _)| k == KEY)
+        .map(|(_, v)| v)
+        .collect();
     if named.len() > 1 {
         return;
     }

@@ -116,7 +116,19 @@ fuzz_target!(|data: &[u8]| {
     let ingress = drive(QoderIngress::new(), &chunks);
     assert_closed(&ingress);
     let reference = |usage| drive(QoderReturnLeg::unmemoized(usage), &chunks);
-    assert_eq!(keep, reference(UsagePolicy::Keep), "memo against the full reading");
-    assert_eq!(drop, reference(UsagePolicy::DropUsageOnly), "memo, no usage");
-    assert_eq!(ingress, drive(QoderIngress::unmemoized(), &chunks), "memo, ingress");
+    assert_eq!(
+        keep,
+        reference(UsagePolicy::Keep),
+        "memo against the full reading"
+    );
+    assert_eq!(
+        drop,
+        reference(UsagePolicy::DropUsageOnly),
+        "memo, no usage"
+    );
+    assert_eq!(
+        ingress,
+        drive(QoderIngress::unmemoized(), &chunks),
+        "memo, ingress"
+    );
 });

@@ -34,5 +34,8 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(chunked, reference, "memo against the full reading");
     let rebuilt = rebuild(pieces(&whole, usize::from(cut % 5) + 1));
     let rebuilt_in_full = rebuild_unmemoized(pieces(&whole, usize::from(cut % 5) + 1));
-    assert_eq!(rebuilt, rebuilt_in_full, "ingress memo against the full reading");
+    assert_eq!(
+        rebuilt, rebuilt_in_full,
+        "ingress memo against the full reading"
+    );
 });

@@ -210,6 +210,24 @@ fn what_the_written_fold_is_unsure_of_goes_through_the_value_fold() {
     }
 }
 
+/// Found by the `qoder_fold` fuzz target: a long decimal the `Value`
+/// restore wrote through an f64 (which `serde_json`'s fast reader then read
+/// as another f64) reaches the upstream as the agent wrote it.
+#[test]
+fn a_long_decimal_goes_upstream_as_the_agent_wrote_it() {
+    let token = "2222222222222222222222222222222220.2";
+    let base = String::from_utf8(serde_json::to_vec(&wires_ask()).unwrap()).unwrap();
+    let text = base.replacen("\"version\":\"3\"", &format!("\"version\":{token}"), 1);
+    let folded = fold_body(text.as_bytes()).unwrap();
+    assert!(folded.original.is_written());
+    let restored = restore_body(&folded.original, &folded.openai).unwrap();
+    let restored = String::from_utf8(restored).unwrap();
+    assert!(
+        restored.contains(&format!("\"version\":{token}")),
+        "{restored}"
+    );
+}
+
 /// A random string with escapes, unicode and control bytes.
 fn text(rng: &mut fastrand::Rng) -> String {
     const PIECES: [&str; 10] = [
