@@ -195,6 +195,16 @@ pub fn restore_body(original: &OriginalAsk, openai: &OpenAiBody) -> Result<Vec<u
     }
 }
 
+/// `model_config.key` (when a string) of the raw `model_config` member,
+/// parsed alone; `None` when that member is not JSON `serde_json` reads.
+pub(crate) fn config_key(model_config: Option<&[u8]>) -> Option<Option<String>> {
+    let Some(raw) = model_config else {
+        return Some(None);
+    };
+    let config: Value = serde_json::from_slice(raw).ok()?;
+    Some(config.get("key").and_then(Value::as_str).map(str::to_owned))
+}
+
 /// The answer shape of the body [`fold`] would make (`model` from
 /// `model_config.key`, `stream: true`), read without parsing the
 /// conversation; `None` when unsure (not UTF-8, not JSON the strict
@@ -214,14 +224,9 @@ pub fn shape(native: &[u8]) -> Option<Value> {
     if escaped_key || messages?.first() != Some(&b'[') {
         return None;
     }
-    let config: Option<Value> = match model_config {
-        Some(raw) => Some(serde_json::from_slice(raw).ok()?),
-        None => None,
-    };
-    let model_key = config
-        .as_ref()
-        .and_then(|c| c.get("key"))
-        .and_then(Value::as_str)
+    let key = config_key(model_config)?;
+    let model_key = key
+        .as_deref()
         .filter(|k| !k.is_empty())
         .unwrap_or(DEFAULT_MODEL);
     let mut shape = Map::new();

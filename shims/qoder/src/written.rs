@@ -25,7 +25,9 @@ use serde_json::{Map, Value};
 use shimgate_shim_api::json_scan::{self, Cursor};
 use shimgate_shim_api::{OpenAiBody, ShimError};
 
-use crate::ask::{leading_system_text, rebuild_parameters, DEFAULT_MODEL, SAMPLING_KEYS};
+use crate::ask::{
+    config_key, leading_system_text, rebuild_parameters, DEFAULT_MODEL, SAMPLING_KEYS,
+};
 
 /// What the written fold keeps of the ask for restore and the accessors.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -190,15 +192,7 @@ pub(crate) fn fold(text: &[u8]) -> Option<Result<Fold, ShimError>> {
     let Some(messages) = get(b"messages").filter(|m| m.first() == Some(&b'[')) else {
         return Some(Err(ShimError::new("qoder ask has no messages array")));
     };
-    let config: Option<Value> = match get(b"model_config") {
-        Some(raw) => Some(serde_json::from_slice(raw).ok()?),
-        None => None,
-    };
-    let model_key = config
-        .as_ref()
-        .and_then(|c| c.get("key"))
-        .and_then(Value::as_str)
-        .map(str::to_owned);
+    let model_key = config_key(get(b"model_config"))?;
     let request_id = get(b"request_id").and_then(decoded);
     let record_follows = request_id.is_some()
         && get(b"chat_record_id").and_then(decoded).as_ref() == request_id.as_ref();
