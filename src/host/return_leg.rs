@@ -155,9 +155,14 @@ async fn take<S: Shim>(
     let bytes = read_body(req.into_body(), declared, limit)
         .await
         .map_err(|e| e.into_response())?;
-    // Parsed whole: restore rewrites the body from its parse.
-    let openai = OpenAiBody::parse_whole(bytes)
-        .map_err(|e| body::error_response(ErrorCode::BadRequest, &e.0))?;
+    // Parsed whole where restore rewrites the body from its parse, else
+    // only checked (restore reads the members it takes).
+    let openai = if host.shim.restore_reads_whole(&original) {
+        OpenAiBody::parse_whole(bytes)
+    } else {
+        OpenAiBody::parse(bytes)
+    }
+    .map_err(|e| body::error_response(ErrorCode::BadRequest, &e.0))?;
     Ok(Taken {
         entry,
         original,

@@ -140,6 +140,15 @@ pub trait Shim: Send + Sync + 'static {
     fn restore(&self, original: &Self::Original, openai: &OpenAiBody)
         -> Result<Vec<u8>, ShimError>;
 
+    /// Whether [`Shim::restore`] of `original` reads the proxy's body as one
+    /// whole `Value`. The return leg then parses the body once, the parse
+    /// being its check; for a restore that reads members (`false`) the body
+    /// is only checked, with the strict scan, and never parsed whole.
+    /// Default: `true`.
+    fn restore_reads_whole(&self, _original: &Self::Original) -> bool {
+        true
+    }
+
     /// A fresh return-leg translator for one upstream attempt. `request` is
     /// the OpenAI body the proxy sent (for `stream_options` and the like).
     fn return_leg(&self, request: &Value) -> Self::ReturnLeg;

@@ -98,6 +98,11 @@ impl Shim for QoderShim {
         ask::restore_body(original, openai)
     }
 
+    /// The written restore reads the proxy's body member by member.
+    fn restore_reads_whole(&self, original: &OriginalAsk) -> bool {
+        !original.is_written()
+    }
+
     fn return_leg(&self, request: &Value) -> QoderReturnLeg {
         QoderReturnLeg::for_request(request)
     }
