@@ -33,7 +33,7 @@ use crate::config::Config;
 use crate::http::body::ErrorCode;
 use crate::http::body::{self, Body, BoxError, ChannelBody};
 use crate::http::headers::{self, Secrets};
-use crate::http::read::{content_length, read_body};
+use crate::http::read::{content_length, read_body, MAX_BODY_KEY};
 
 /// Agent headers passed on to the proxy: only ones that help it keep a
 /// session together (its conversation headers, unchanged). Credentials stay
@@ -93,7 +93,7 @@ pub(super) async fn handle<S: Shim>(
         let (parts, incoming) = req.into_parts();
         let native = match read_body(incoming, declared, live.config.max_body_bytes).await {
             Ok(b) => b,
-            Err(e) => return e.into_response(),
+            Err(e) => return e.into_response_of(Some(MAX_BODY_KEY)),
         };
         stats.touch();
         stats.bump(Counter::Intercepted);

@@ -57,6 +57,9 @@ fn streamed(body: &OpenAiBody) -> bool {
         .unwrap_or(false)
 }
 
+/// How the return leg's 413 names its bound ([`return_leg_limit`]).
+const RETURN_LEG_BOUND: &str = "limits.max_body_bytes + 4 MiB + an eighth, what a proxy may add";
+
 /// What a proxy may add to a body that was within `limits.max_body_bytes`
 /// when the ingress took it: billion-context adds a ~8 KB system prompt, its
 /// tools, a nudge of up to ~9 KB and a tag to every message; 4 MiB plus an
@@ -154,7 +157,7 @@ async fn take<S: Shim>(
     let limit = return_leg_limit(config.max_body_bytes);
     let bytes = read_body(req.into_body(), declared, limit)
         .await
-        .map_err(|e| e.into_response())?;
+        .map_err(|e| e.into_response_of(Some(RETURN_LEG_BOUND)))?;
     // Parsed whole where restore rewrites the body from its parse, else
     // only checked (restore reads the members it takes).
     let openai = if host.shim.restore_reads_whole(&original) {

@@ -129,21 +129,24 @@ impl Secrets {
     pub fn of(headers: &HeaderMap) -> Secrets {
         let mut values = Vec::new();
         for (name, value) in headers {
+            // The name first: most headers are not credentials, and their
+            // values need no reading.
             let n = name.as_str();
+            let cookie = n == "cookie";
+            let named = ["token", "key", "secret", "auth", "password"]
+                .iter()
+                .any(|w| n.contains(w));
+            if !cookie && (!named || n.ends_with("model-key")) {
+                continue;
+            }
             let Ok(v) = value.to_str() else { continue };
             let v = v.trim();
-            if n == "cookie" {
+            if cookie {
                 for pair in v.split(';') {
                     if let Some((_, val)) = pair.split_once('=') {
                         values.push(val.trim().to_owned());
                     }
                 }
-                continue;
-            }
-            let named = ["token", "key", "secret", "auth", "password"]
-                .iter()
-                .any(|w| n.contains(w));
-            if !named || n.ends_with("model-key") {
                 continue;
             }
             values.push(v.to_owned());

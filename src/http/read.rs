@@ -28,6 +28,9 @@ pub const LINGER_TIME: Duration = Duration::from_secs(10);
 /// much in well under a second); past it the connection is closed.
 pub const LINGER_BYTES: u64 = 256 * 1024 * 1024;
 
+/// The setting that bounds an agent's request body, named in its 413.
+pub const MAX_BODY_KEY: &str = "limits.max_body_bytes";
+
 /// Why a request body could not be read.
 pub enum BodyError {
     TooLarge(u64),
@@ -37,10 +40,20 @@ pub enum BodyError {
 impl BodyError {
     /// The client-facing answer: 413 or 400.
     pub fn into_response(self) -> Response<Body> {
+        self.into_response_of(None)
+    }
+
+    /// [`BodyError::into_response`], the 413 naming the setting the bound
+    /// comes from (`limits.max_body_bytes`, or what the return leg allows
+    /// on top of it).
+    pub fn into_response_of(self, bound: Option<&str>) -> Response<Body> {
         match self {
             BodyError::TooLarge(limit) => body::error_response(
                 ErrorCode::RequestTooLarge,
-                &format!("request body is over the {limit}-byte limit (limits.max_body_bytes)"),
+                &match bound {
+                    Some(bound) => format!("request body is over the {limit}-byte limit ({bound})"),
+                    None => format!("request body is over the {limit}-byte limit"),
+                },
             ),
             BodyError::Broken(why) => body::error_response(
                 ErrorCode::BadRequest,

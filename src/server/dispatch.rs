@@ -100,7 +100,7 @@ async fn forward(app: Arc<App>, shim: &'static str, req: Request<Incoming>) -> R
     let (parts, incoming) = req.into_parts();
     let bytes = match read_body(incoming, declared, limit).await {
         Ok(b) => b,
-        Err(e) => return e.into_response(),
+        Err(e) => return e.into_response_of(Some(crate::http::read::MAX_BODY_KEY)),
     };
     let span = tracing::info_span!("passthrough", shim);
     let forward = passthrough::forward_raw(&app, shim, "passthrough", parts, bytes, received);

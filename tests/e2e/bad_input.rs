@@ -752,7 +752,7 @@ fn trae_body_of(len: usize) -> Vec<u8> {
 async fn bodies_over_the_limit_are_413_and_at_the_limit_are_served() {
     let up = Upstream::start(script).await;
     let gate = Gate::start(&config(&up, "[limits]\nmax_body_bytes = 1024\n")).await;
-    let too_large = "over the 1024-byte limit";
+    let too_large = "over the 1024-byte limit (limits.max_body_bytes)";
     let declared = |target: &str, n: usize| {
         raw(head(
             "POST",
@@ -871,7 +871,11 @@ async fn the_return_leg_accepts_what_a_proxy_adds_within_its_own_limit() {
                 &path,
                 &format!("Content-Length: {}\r\n", limit + 1),
             )),
-            Expect::Error(413, "REQUEST_TOO_LARGE", "over the 4195456-byte limit"),
+            Expect::Error(
+                413,
+                "REQUEST_TOO_LARGE",
+                "over the 4195456-byte limit (limits.max_body_bytes + 4 MiB + an eighth",
+            ),
             Reached::Nothing,
         ),
     ];

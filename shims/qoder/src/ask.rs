@@ -196,11 +196,17 @@ pub fn restore_body(original: &OriginalAsk, openai: &OpenAiBody) -> Result<Vec<u
 }
 
 /// `model_config.key` (when a string) of the raw `model_config` member,
-/// parsed alone; `None` when that member is not JSON `serde_json` reads.
+/// which the caller's strict scan checked: its `key` member read by the
+/// scanner (a fifth of a parse of the member), the member parsed alone
+/// when a key holds an escape; `None` when it is not JSON `serde_json`
+/// reads.
 pub(crate) fn config_key(model_config: Option<&[u8]>) -> Option<Option<String>> {
     let Some(raw) = model_config else {
         return Some(None);
     };
+    if let Ok(key) = shimgate_shim_api::json_scan::last_member(raw, b"key") {
+        return Some(key.and_then(|k| serde_json::from_slice::<String>(k).ok()));
+    }
     let config: Value = serde_json::from_slice(raw).ok()?;
     Some(config.get("key").and_then(Value::as_str).map(str::to_owned))
 }

@@ -441,3 +441,31 @@ fn restore_writes_the_bytes_of_the_rebuilt_ask() {
         }
     }
 }
+
+#[test]
+fn the_model_key_read_by_the_scanner_is_the_one_the_parse_reads() {
+    let parsed = |raw: &str| -> Option<String> {
+        let v: Value = serde_json::from_str(raw).unwrap();
+        v.get("key").and_then(Value::as_str).map(str::to_owned)
+    };
+    for raw in [
+        r#"{"key":"qmodel_38max","source":"system"}"#,
+        r#"{"source":"system"}"#,
+        r#"{"key":"a","key":"b"}"#,
+        r#"{"key":"q\u006dodel \"x\""}"#,
+        r#"{"k\u0065y":"escaped-key"}"#,
+        r#"{"key":7}"#,
+        r#"{"key":null}"#,
+        r#"{ "nested": {"key": "no"} , "key" : "yes" }"#,
+        r#""a string""#,
+        r#"[1,2]"#,
+        r#"{}"#,
+    ] {
+        assert_eq!(
+            super::config_key(Some(raw.as_bytes())),
+            Some(parsed(raw)),
+            "{raw}"
+        );
+    }
+    assert_eq!(super::config_key(None), Some(None));
+}
