@@ -109,10 +109,11 @@ pub async fn serve(
         query: req.uri().query(),
         panel: path == "/ui",
     };
+    let token = app.admin.token();
     let guard = trust::Guard {
         remote: listener.remote,
         allowed_hosts: &config.admin.allowed_hosts,
-        token: app.admin.token.as_ref(),
+        token: token.as_ref(),
     };
     let grant = match trust::check(asked, guard) {
         Ok(grant) => grant,

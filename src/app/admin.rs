@@ -5,11 +5,13 @@
 //!
 //! The token is read from `[admin] token_file` (created when absent: 32
 //! random bytes as hex, mode 0600) only when a listener binds a
-//! non-loopback address; only its SHA-256 is held, so no log, `Debug` or
-//! `/status` can show it.
+//! non-loopback address, and again at each config reload (a token is
+//! rotated by writing the file and reloading); only its SHA-256 is held,
+//! so no log, `Debug` or `/status` can show it.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::RwLock;
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -36,7 +38,10 @@ pub enum Refused {
 pub struct AdminState {
     /// `None` when no listener needs one; `Err` when it could not be had
     /// (every token-guarded request is then refused).
-    pub token: Option<Result<AdminToken, String>>,
+    token: RwLock<Option<Result<AdminToken, String>>>,
+    /// Whether a listener is reachable from other machines (listeners
+    /// are bound once: a reload does not change this).
+    remote: bool,
     refused: [AtomicU64; 3],
 }
 
@@ -48,18 +53,24 @@ impl AdminState {
             .shims
             .iter()
             .any(|s| s.enabled && !s.listen.ip().is_loopback());
-        let token = remote.then(|| {
-            let file = config.admin_token_file();
-            let token = AdminToken::load_or_create(&file);
-            match &token {
-                Ok(t) => tracing::info!(file = %t.file.display(), "admin token for allow_remote listeners"),
-                Err(e) => tracing::error!("{e}; admin requests on allow_remote listeners are refused"),
-            }
-            token
-        });
         AdminState {
-            token,
+            token: RwLock::new(remote.then(|| load(config))),
+            remote,
             refused: Default::default(),
+        }
+    }
+
+    /// The token the remote listeners need now.
+    pub fn token(&self) -> Option<Result<AdminToken, String>> {
+        self.token.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Reads the token file of `config` again (a reload): a rotated token
+    /// replaces the old one at once; one that cannot be read refuses every
+    /// token-guarded request until a reload reads a good one.
+    pub fn reread(&self, config: &Config) {
+        if self.remote {
+            *self.token.write().unwrap_or_else(|p| p.into_inner()) = Some(load(config));
         }
     }
 
@@ -81,13 +92,14 @@ impl AdminState {
     /// The `/status.admin` section (never the token).
     pub fn status(&self, config: &Config) -> Value {
         let count = |why: Refused| self.refused[why as usize].load(Ordering::Relaxed);
+        let token = self.token();
         json!({
             "allowedHosts": config.admin.allowed_hosts,
-            "tokenFile": match &self.token {
+            "tokenFile": match &token {
                 Some(Ok(t)) => Some(t.file.display().to_string()),
                 _ => None,
             },
-            "tokenError": self.token.as_ref().and_then(|t| t.as_ref().err()),
+            "tokenError": token.as_ref().and_then(|t| t.as_ref().err()),
             "refused": {
                 "forbiddenHost": count(Refused::Host),
                 "forbiddenOrigin": count(Refused::Origin),
@@ -95,6 +107,16 @@ impl AdminState {
             },
         })
     }
+}
+
+/// The token of `config`'s token file, logged by its file only.
+fn load(config: &Config) -> Result<AdminToken, String> {
+    let token = AdminToken::load_or_create(&config.admin_token_file());
+    match &token {
+        Ok(t) => tracing::info!(file = %t.file.display(), "admin token for allow_remote listeners"),
+        Err(e) => tracing::error!("{e}; admin requests on allow_remote listeners are refused"),
+    }
+    token
 }
 
 /// A token, known by its digest only.

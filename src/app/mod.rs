@@ -146,6 +146,7 @@ impl App {
         match result {
             Ok(new) => {
                 let new = self.replace_config(new);
+                self.admin.reread(&new);
                 state.reloads += 1;
                 state.last_reload_error = None;
                 Ok(new)

@@ -456,5 +456,25 @@ async fn a_remote_listener_needs_the_admin_token_and_never_shows_it() {
         log.contains("admin token"),
         "the log names the token's file:\n{log}"
     );
+
+    // Rotated: the file rewritten and the config reloaded, the old token
+    // is refused at once and the new one taken, with no restart.
+    let rotated = "rotated-token-0123456789abcdef";
+    std::fs::write(&token_file, format!("{rotated}\n")).unwrap();
+    let r = send(
+        Method::POST,
+        &format!("{remote}/reload"),
+        &[("authorization", &right)],
+        "",
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let r = send(Method::GET, &status, &[("authorization", &right)], "").await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "the old token is gone");
+    let new = format!("Bearer {rotated}");
+    let r = send(Method::GET, &status, &[("authorization", &new)], "").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert!(!r.text().contains(rotated), "/status never shows the token");
+    assert!(!served.stderr().contains(rotated), "nor the log");
     served.stop();
 }
