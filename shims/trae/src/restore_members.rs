@@ -177,35 +177,52 @@ fn items(raw: &[u8]) -> impl Iterator<Item = &[u8]> {
     })
 }
 
+/// One item of an array, read where it sits: its place in the array's
+/// text and, for an object whose members all have plain, distinct keys,
+/// `sure` (its members are then in the spans it was read with).
+struct Item {
+    span: Range<usize>,
+    sure: bool,
+}
+
+/// Reads the value at the cursor (which reads `buf`); an object's members
+/// go into `spans` (offsets in `buf`) as it is walked, so that an item is
+/// read once, not skipped and then walked again.
+fn read_item(c: &mut Cursor<'_>, buf: &[u8], spans: &mut Vec<Span>) -> Option<Item> {
+    spans.clear();
+    let opens = c.peek()?;
+    let start = c.offset();
+    if opens != b'{' {
+        c.skip_value()?;
+        return Some(Item {
+            span: start..c.offset(),
+            sure: false,
+        });
+    }
+    c.enter_object()?;
+    let (mut sure, mut first) = (true, true);
+    while let Some(key) = c.next_key(&mut first)? {
+        let name = key.raw(buf);
+        // An escaped key might spell another; a repeated one keeps its
+        // first place and its last value when parsed.
+        sure &= !key.escaped && !spans.iter().any(|(k, _)| buf.get(k.clone()) == Some(name));
+        c.peek()?;
+        let at = c.offset();
+        c.skip_value()?;
+        if sure {
+            spans.push((key.start..key.end, at..c.offset()));
+        }
+    }
+    Some(Item {
+        span: start..c.offset(),
+        sure,
+    })
+}
+
 /// The members of the raw object `raw` into `spans`; `false` when a key
 /// holds an escape or repeats (the parsed object decides then).
 fn members(raw: &[u8], spans: &mut Vec<Span>) -> bool {
-    spans.clear();
-    let mut c = Cursor::new(raw);
-    if c.enter_object().is_none() {
-        return false;
-    }
-    let mut first = true;
-    loop {
-        let Some(next) = c.next_key(&mut first) else {
-            return false;
-        };
-        let Some(key) = next else {
-            return true;
-        };
-        let name = key.raw(raw);
-        if key.escaped || spans.iter().any(|(k, _)| raw.get(k.clone()) == Some(name)) {
-            return false;
-        }
-        let start = match c.peek() {
-            Some(_) => c.offset(),
-            None => return false,
-        };
-        if c.skip_value().is_none() {
-            return false;
-        }
-        spans.push((key.start..key.end, start..c.offset()));
-    }
+    read_item(&mut Cursor::new(raw), raw, spans).is_some_and(|i| i.sure)
 }
 
 /// The value of the member `key` among `spans` of `raw`.
@@ -238,6 +255,10 @@ fn has_name(call: &[u8]) -> Result<bool, json_scan::Unsure> {
     Ok(false)
 }
 
+/// How a list's item is written ([`Writer::message`], [`Writer::tool`]).
+type WriteItem<'c, 'a> =
+    fn(&mut Writer<'c, 'a>, &mut Vec<u8>, &[u8], Item) -> Result<(), ShimError>;
+
 /// Writes the taken members, with the scratch lists their objects'
 /// members are read into (one allocation each per restore, not per
 /// message).
@@ -269,30 +290,39 @@ impl<'c, 'a> Writer<'c, 'a> {
         }
     }
 
+    /// A list of messages or tools, each item read once where it sits.
     fn list(
         &mut self,
         out: &mut Vec<u8>,
         raw: &[u8],
-        mut each: impl FnMut(&mut Self, &mut Vec<u8>, &[u8]) -> Result<(), ShimError>,
+        each: WriteItem<'c, 'a>,
     ) -> Result<(), ShimError> {
+        let bad = || not_json("a list the scan could not walk");
+        let mut c = Cursor::new(raw);
+        c.enter_array().ok_or_else(bad)?;
         out.push(b'[');
-        for (i, item) in items(raw).enumerate() {
-            if i > 0 {
+        let mut first = true;
+        while c.next_item(&mut first).ok_or_else(bad)? {
+            if out.last() != Some(&b'[') {
                 out.push(b',');
             }
-            each(self, out, item)?;
+            let item = read_item(&mut c, raw, &mut self.outer).ok_or_else(bad)?;
+            each(self, out, raw, item)?;
         }
         out.push(b']');
         Ok(())
     }
 
-    /// [`Context::write_message`] of a raw message.
-    fn message(&mut self, out: &mut Vec<u8>, raw: &[u8]) -> Result<(), ShimError> {
+    /// [`Context::write_message`] of a raw message (`item` of the list
+    /// `list`, its members in `self.outer`).
+    fn message(&mut self, out: &mut Vec<u8>, list: &[u8], item: Item) -> Result<(), ShimError> {
+        let raw = list.get(item.span).unwrap_or_default();
         if raw.first() != Some(&b'{') {
             return value(out, raw);
         }
-        let calls = members(raw, &mut self.outer)
-            .then(|| find(raw, &self.outer, b"tool_calls"))
+        let calls = item
+            .sure
+            .then(|| find(list, &self.outer, b"tool_calls"))
             .map(|c| match c.filter(|c| c.first() == Some(&b'[')) {
                 Some(c) => items(c).try_fold(false, |any, call| {
                     Ok::<_, json_scan::Unsure>(any | has_name(call)?)
@@ -303,7 +333,7 @@ impl<'c, 'a> Writer<'c, 'a> {
             self.ctx.write_message(out, &parse(raw)?);
             return Ok(());
         };
-        let role = find(raw, &self.outer, b"role")
+        let role = find(list, &self.outer, b"role")
             .filter(|r| is_str(r))
             .and_then(literal)
             .unwrap_or_default();
@@ -311,8 +341,8 @@ impl<'c, 'a> Writer<'c, 'a> {
         let spans = std::mem::take(&mut self.outer);
         let mut first = true;
         for (key, value_at) in &spans {
-            let key = raw.get(key.clone()).unwrap_or_default();
-            let v = raw.get(value_at.clone()).unwrap_or_default();
+            let key = list.get(key.clone()).unwrap_or_default();
+            let v = list.get(value_at.clone()).unwrap_or_default();
             let calls = key == b"tool_calls" && v.first() == Some(&b'[');
             if calls && !named {
                 // Every call lacked a name: SOLO refuses those, and an
@@ -388,13 +418,16 @@ impl<'c, 'a> Writer<'c, 'a> {
         Ok(())
     }
 
-    /// [`Context::write_tool`] of a raw tool.
-    fn tool(&mut self, out: &mut Vec<u8>, raw: &[u8]) -> Result<(), ShimError> {
+    /// [`Context::write_tool`] of a raw tool (`item` of the list `list`,
+    /// its members in `self.outer`).
+    fn tool(&mut self, out: &mut Vec<u8>, list: &[u8], item: Item) -> Result<(), ShimError> {
+        let raw = list.get(item.span).unwrap_or_default();
         if raw.first() != Some(&b'{') {
             return value(out, raw);
         }
-        let function = members(raw, &mut self.outer)
-            .then(|| find(raw, &self.outer, b"function"))
+        let function = item
+            .sure
+            .then(|| find(list, &self.outer, b"function"))
             .map(|f| f.filter(|f| f.first() == Some(&b'{')));
         let function = match function {
             Some(Some(f)) if members(f, &mut self.inner) => f,
@@ -418,12 +451,12 @@ impl<'c, 'a> Writer<'c, 'a> {
             if i > 0 {
                 out.push(b',');
             }
-            let key = raw.get(key.clone()).unwrap_or_default();
+            let key = list.get(key.clone()).unwrap_or_default();
             out.push(b'"');
             out.extend_from_slice(key);
             out.extend_from_slice(b"\":");
             if key != b"function" {
-                value(out, raw.get(v.clone()).unwrap_or_default())?;
+                value(out, list.get(v.clone()).unwrap_or_default())?;
                 continue;
             }
             out.push(b'{');
