@@ -62,14 +62,24 @@ fuzz_target!(|data: &[u8]| {
     let Ok(folded) = TraeShim.fold(native) else {
         return;
     };
-    assert!(!TraeShim.restore_reads_whole(&folded.original) || matches!(folded.original, TraeOriginal::Parsed(_)));
+    assert_eq!(
+        TraeShim.restore_reads_whole(&folded.original),
+        matches!(folded.original, TraeOriginal::Parsed(_)),
+        "only a parsed original is restored from the whole parse"
+    );
     match proxy {
         Some(proxy) => check(&folded.original, proxy),
         None => {
             let openai = folded.openai.value();
             check(&folded.original, folded.openai.as_bytes());
-            check(&folded.original, &serde_json::to_vec_pretty(openai).unwrap());
-            check(&folded.original, &serde_json::to_vec(&reversed(openai)).unwrap());
+            check(
+                &folded.original,
+                &serde_json::to_vec_pretty(openai).unwrap(),
+            );
+            check(
+                &folded.original,
+                &serde_json::to_vec(&reversed(openai)).unwrap(),
+            );
         }
     }
 });
