@@ -141,23 +141,104 @@ fn parse(raw: &[u8]) -> Result<Value, ShimError> {
 /// A value as `serde_json` writes it: its text when that is what it
 /// writes, else parsed and written.
 fn value(out: &mut Vec<u8>, raw: &[u8]) -> Result<(), ShimError> {
-    if json_scan::is_canonical(raw) {
-        out.extend_from_slice(raw);
+    if is_str(raw) {
+        return string(out, raw);
+    }
+    // A proxy that writes `", "` or indents differs only in spacing.
+    let raw = minified(raw);
+    if json_scan::is_canonical(&raw) {
+        out.extend_from_slice(&raw);
     } else {
-        jw::value(out, &parse(raw)?);
+        jw::value(out, &parse(&raw)?);
     }
     Ok(())
 }
 
+/// `raw` (JSON a strict reading accepted) without the whitespace between
+/// its tokens: the same value, borrowed when there is none.
+fn minified(raw: &[u8]) -> Cow<'_, [u8]> {
+    let space = |b: &u8| matches!(b, b' ' | b'\n' | b'\r' | b'\t');
+    let mut out: Option<Vec<u8>> = None;
+    let (mut i, mut copied) = (0, 0);
+    while let Some(b) = raw.get(i) {
+        if *b == b'"' {
+            i = string_end(raw, i);
+        } else if space(b) {
+            let o = out.get_or_insert_with(|| Vec::with_capacity(raw.len()));
+            o.extend_from_slice(raw.get(copied..i).unwrap_or_default());
+            while raw.get(i).is_some_and(space) {
+                i += 1;
+            }
+            copied = i;
+        } else {
+            i += 1;
+        }
+    }
+    match out {
+        None => Cow::Borrowed(raw),
+        Some(mut o) => {
+            o.extend_from_slice(raw.get(copied..).unwrap_or_default());
+            Cow::Owned(o)
+        }
+    }
+}
+
+/// Where the string literal opening at `at` ends (after its quote).
+fn string_end(raw: &[u8], at: usize) -> usize {
+    let mut i = at + 1;
+    while let Some(k) = raw.get(i..).and_then(|r| memchr::memchr2(b'"', b'\\', r)) {
+        if raw.get(i + k) == Some(&b'"') {
+            return i + k + 1;
+        }
+        i += k + 2;
+    }
+    raw.len()
+}
+
 /// A string literal as `serde_json` writes its text.
 fn string(out: &mut Vec<u8>, raw: &[u8]) -> Result<(), ShimError> {
-    if json_scan::is_canonical(raw) {
+    if canonical_literal(raw) {
         out.extend_from_slice(raw);
     } else {
         let text = literal(raw).ok_or_else(|| not_json("a bad string"))?;
         jw::string(out, &text);
     }
     Ok(())
+}
+
+/// [`json_scan::is_canonical`] of a string literal a strict reading
+/// accepted, found with `memchr` (the long contents of a conversation
+/// are most of a body): such a literal holds no raw control byte, so only
+/// its escapes can differ from what `serde_json` writes (`\"`, `\\`,
+/// `\b`, `\f`, `\n`, `\r`, `\t`, and `\u00xx` in lower case for the
+/// other control bytes).
+fn canonical_literal(raw: &[u8]) -> bool {
+    let Some(mut rest) = raw.get(1..raw.len().saturating_sub(1)) else {
+        return false;
+    };
+    while let Some(at) = memchr::memchr(b'\\', rest) {
+        let escape = rest.get(at + 1..).unwrap_or_default();
+        let used = match escape.first() {
+            Some(b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't') => 1,
+            Some(b'u') => {
+                let Some(hex) = escape.get(1..5) else {
+                    return false;
+                };
+                let lower = hex.iter().all(|h| matches!(h, b'0'..=b'9' | b'a'..=b'f'));
+                let unit = std::str::from_utf8(hex)
+                    .ok()
+                    .and_then(|h| u32::from_str_radix(h, 16).ok());
+                let short = matches!(unit, Some(0x08 | 0x09 | 0x0a | 0x0c | 0x0d));
+                if !lower || short || unit.is_none_or(|u| u >= 0x20) {
+                    return false;
+                }
+                5
+            }
+            _ => return false,
+        };
+        rest = rest.get(at + 1 + used..).unwrap_or_default();
+    }
+    true
 }
 
 /// The items of a raw array, each as its text.
@@ -507,4 +588,65 @@ fn write_params(
         jw::string(out, &serde_json::to_string(&parse(raw)?).map_err(not_json)?);
     }
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_literal_is_canonical_as_the_scanner_says() {
+        let mut literals: Vec<String> = (0u8..128)
+            .map(|b| serde_json::to_string(&char::from(b).to_string()).unwrap())
+            .collect();
+        for escape in [
+            r"\/",
+            r"\u0041",
+            r"\u001F",
+            r"\u001f",
+            r"\u000a",
+            r"\u0008",
+            r"\u0000",
+            r"\u00e9",
+            r"\ud83d\ude00",
+            r#"\""#,
+            r"\\",
+            r"\b",
+            r"\f",
+            r"\n",
+            r"\r",
+            r"\t",
+        ] {
+            literals.push(format!("\"a{escape}b\""));
+            literals.push(format!("\"{escape}\""));
+            literals.push(format!("\"{escape}{escape}x\""));
+        }
+        literals.push("\"é 中文 😀\u{7f}\"".to_string());
+        for lit in literals {
+            assert!(serde_json::from_str::<String>(&lit).is_ok(), "{lit}");
+            assert_eq!(
+                canonical_literal(lit.as_bytes()),
+                json_scan::is_canonical(lit.as_bytes()),
+                "{lit}"
+            );
+        }
+    }
+
+    #[test]
+    fn spacing_between_tokens_goes_and_spacing_in_strings_stays() {
+        let cases: [(&str, &str); 4] = [
+            (
+                "{ \"a\" : [1, 2],\n \"b\": \" x \\\" y \" }",
+                "{\"a\":[1,2],\"b\":\" x \\\" y \"}",
+            ),
+            ("[]", "[]"),
+            ("[ ]", "[]"),
+            ("{\"a\\\\\":\t1}", "{\"a\\\\\":1}"),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(minified(raw.as_bytes()), want.as_bytes(), "{raw}");
+        }
+        assert!(matches!(minified(b"{\"a b\":1}"), Cow::Borrowed(_)));
+    }
 }
