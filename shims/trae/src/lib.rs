@@ -3,7 +3,8 @@
 //! OpenAI → SOLO (ingress). Bytes and JSON in, bytes and JSON out; no
 //! sockets.
 //!
-//! Module map: [`fold`] and [`restore`] for the request; [`to_openai`] (the
+//! Module map: [`fold`] and [`restore`] for the request (`written` and
+//! `restore_members` for a body read from its bytes); [`to_openai`] (the
 //! return leg) and [`to_solo`] (the ingress) for the answer, which share
 //! [`solo`] (reading SOLO frames), [`ext`] (the `x_solo` extension) and
 //! [`classify`] (business codes → failure classes). The digest, the
@@ -19,6 +20,7 @@ pub mod fold;
 mod json_scan;
 mod json_write;
 pub mod restore;
+mod restore_members;
 pub mod solo;
 pub mod to_openai;
 pub mod to_solo;
@@ -139,13 +141,18 @@ impl Shim for TraeShim {
         Ok((folded.openai.answer_shape(), folded.original))
     }
 
+    /// A written original is restored from the proxy's body member by
+    /// member ([`restore_members`]); a parsed one from the parsed body.
     fn restore(&self, original: &TraeOriginal, openai: &OpenAiBody) -> Result<Vec<u8>, ShimError> {
         match original {
-            TraeOriginal::Written { text, kept } => {
-                restore::restore_written(text, kept, openai.value())
-            }
+            TraeOriginal::Written { text, kept } => restore_members::restore(text, kept, openai),
             TraeOriginal::Parsed(value) => restore::restore_body(value, openai.value()),
         }
+    }
+
+    /// Only the `Value` restore of a parsed original reads the whole body.
+    fn restore_reads_whole(&self, original: &TraeOriginal) -> bool {
+        matches!(original, TraeOriginal::Parsed(_))
     }
 
     fn return_leg(&self, request: &Value) -> ToOpenAi {

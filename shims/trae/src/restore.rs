@@ -36,10 +36,10 @@ use crate::json_write as jw;
 use crate::written::Written;
 
 /// Keys that only mean something next to `tools`.
-const TOOL_KEYS: [&str; 3] = ["tools", "tool_choice", "parallel_tool_calls"];
+pub(crate) const TOOL_KEYS: [&str; 3] = ["tools", "tool_choice", "parallel_tool_calls"];
 
 /// Keys taken from the compressed body.
-fn taken(key: &str) -> bool {
+pub(crate) fn taken(key: &str) -> bool {
     key == "messages" || key == "tools" || SAMPLING.contains(&key)
 }
 
@@ -95,7 +95,10 @@ fn compressed(openai: &Value) -> Result<&Map<String, Value>, ShimError> {
 
 /// [`restore_body`] for an original the written fold kept (its bytes and
 /// the places of its parts): the same body, with what restore does not
-/// take from the proxy copied as the agent wrote it.
+/// take from the proxy copied as the agent wrote it. This one reads the
+/// proxy's body parsed; the return leg reads it by members
+/// (`crate::restore_members`), which falls back to this one when a key of
+/// the proxy's body holds an escape.
 pub fn restore_written(text: &[u8], kept: &Written, openai: &Value) -> Result<Vec<u8>, ShimError> {
     let comp = compressed(openai)?;
     let ctx = Context::written(text, kept);
@@ -104,7 +107,12 @@ pub fn restore_written(text: &[u8], kept: &Written, openai: &Value) -> Result<Ve
             .and_then(|k| std::str::from_utf8(k).ok())
             .unwrap_or_default()
     };
-    let has = |key: &str| kept.members.iter().any(|(k, _)| key_of(k) == key);
+    // Compared as bytes: no decoding per pair of keys.
+    let has = |key: &str| {
+        kept.members
+            .iter()
+            .any(|(k, _)| text.get(k.clone()) == Some(key.as_bytes()))
+    };
     let mut out = Vec::with_capacity(estimate(openai));
     out.push(b'{');
     let mut first = true;
@@ -155,23 +163,105 @@ fn content_chars(message: &Value) -> usize {
 }
 
 /// What restoring needs from the original beyond its keys.
-struct Context<'a> {
+pub(crate) struct Context<'a> {
     /// Joined text → (role, original content list) for original messages
     /// whose several text parts were folded into one string.
     parts: HashMap<String, Vec<(Cow<'a, str>, Raw<'a>)>>,
-    /// Tool name → the original `parameters` string.
-    params: HashMap<Cow<'a, str>, Cow<'a, str>>,
+    /// Tool name → the original `parameters` string (the last tool of a
+    /// name wins, as it always has).
+    params: HashMap<Cow<'a, str>, Schema<'a>>,
+}
+
+/// A tool's original `parameters` string: the parsed original's, or the
+/// literal the written fold kept, decoded only when a restore needs its
+/// text (most restores compare it with the proxy's bytes and copy it).
+#[derive(Clone, Copy)]
+pub(crate) enum Schema<'a> {
+    Str(&'a str),
+    Literal(&'a [u8]),
+}
+
+impl<'a> Schema<'a> {
+    /// The string's text (`None` for a literal that does not decode,
+    /// which a strict fold never keeps).
+    pub(crate) fn text(self) -> Option<Cow<'a, str>> {
+        match self {
+            Schema::Str(s) => Some(Cow::Borrowed(s)),
+            Schema::Literal(raw) => literal(raw),
+        }
+    }
+
+    /// Whether the string's text is `json`, byte for byte (what the fold
+    /// wrote for the proxy when it is the proxy's `parameters` unchanged);
+    /// `None` when a `\u` escape leaves it to [`Schema::text`].
+    pub(crate) fn is_text(self, json: &[u8]) -> Option<bool> {
+        match self {
+            Schema::Str(s) => Some(s.as_bytes() == json),
+            Schema::Literal(raw) => literal_is(raw, json),
+        }
+    }
+
+    /// Writes the string as a JSON string literal: the agent's own literal
+    /// when it is what the writer would write for its text.
+    pub(crate) fn write(self, out: &mut Vec<u8>) {
+        if let Schema::Literal(raw) = self {
+            if shimgate_shim_api::json_scan::is_canonical(raw) {
+                out.extend_from_slice(raw);
+                return;
+            }
+        }
+        jw::string(out, &self.text().unwrap_or_default());
+    }
+
+    /// Whether the string holds the JSON value `params`, as parsed values
+    /// compare (key order and number spelling aside).
+    fn holds(self, params: &Value) -> bool {
+        self.text()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .is_some_and(|v| v == *params)
+    }
+}
+
+/// Whether the string literal `raw` decodes to `want`, compared without
+/// decoding; `None` at a `\u` escape (surrogates: left to `serde_json`).
+fn literal_is(raw: &[u8], want: &[u8]) -> Option<bool> {
+    let inner = raw.get(1..raw.len().checked_sub(1)?)?;
+    let (mut i, mut j) = (0, 0);
+    while let Some(&b) = inner.get(i) {
+        let byte = if b == b'\\' {
+            i += 1;
+            match inner.get(i)? {
+                b'"' => b'"',
+                b'\\' => b'\\',
+                b'/' => b'/',
+                b'b' => 0x08,
+                b'f' => 0x0c,
+                b'n' => b'\n',
+                b'r' => b'\r',
+                b't' => b'\t',
+                _ => return None,
+            }
+        } else {
+            b
+        };
+        if want.get(j) != Some(&byte) {
+            return Some(false);
+        }
+        i += 1;
+        j += 1;
+    }
+    Some(j == want.len())
 }
 
 /// A piece of the original: parsed, or the agent's bytes.
 #[derive(Clone, Copy)]
-enum Raw<'a> {
+pub(crate) enum Raw<'a> {
     Value(&'a Value),
     Text(&'a [u8]),
 }
 
 impl Raw<'_> {
-    fn write(self, out: &mut Vec<u8>) {
+    pub(crate) fn write(self, out: &mut Vec<u8>) {
         match self {
             Raw::Value(v) => jw::value(out, v),
             Raw::Text(t) => out.extend_from_slice(t),
@@ -180,7 +270,7 @@ impl Raw<'_> {
 }
 
 /// A raw string literal decoded (borrowed when it holds no escape).
-fn literal(raw: &[u8]) -> Option<Cow<'_, str>> {
+pub(crate) fn literal(raw: &[u8]) -> Option<Cow<'_, str>> {
     let inner = raw.get(1..raw.len().checked_sub(1)?)?;
     if inner.contains(&b'\\') {
         serde_json::from_slice::<String>(raw).ok().map(Cow::Owned)
@@ -219,7 +309,7 @@ impl<'a> Context<'a> {
                 let f = t.get("function")?;
                 Some((
                     Cow::Borrowed(f.get("name")?.as_str()?),
-                    Cow::Borrowed(f.get("parameters")?.as_str()?),
+                    Schema::Str(f.get("parameters")?.as_str()?),
                 ))
             })
             .collect();
@@ -227,7 +317,7 @@ impl<'a> Context<'a> {
     }
 
     /// The same, from what the written fold kept.
-    fn written(text: &'a [u8], kept: &'a Written) -> Context<'a> {
+    pub(crate) fn written(text: &'a [u8], kept: &'a Written) -> Context<'a> {
         let mut parts: HashMap<String, Vec<(Cow<'a, str>, Raw<'a>)>> = HashMap::new();
         for (joined, role, list) in &kept.parts {
             let (Some(joined), Some(list)) = (literal(joined), text.get(list.clone())) else {
@@ -245,14 +335,14 @@ impl<'a> Context<'a> {
             .filter_map(|(name, p)| {
                 Some((
                     literal(text.get(name.clone())?)?,
-                    literal(text.get(p.clone())?)?,
+                    Schema::Literal(text.get(p.clone())?),
                 ))
             })
             .collect();
         Context { parts, params }
     }
 
-    fn write_taken(&self, out: &mut Vec<u8>, key: &str, value: &Value) {
+    pub(crate) fn write_taken(&self, out: &mut Vec<u8>, key: &str, value: &Value) {
         match (key, value) {
             ("messages", Value::Array(list)) => {
                 out.push(b'[');
@@ -282,7 +372,7 @@ impl<'a> Context<'a> {
         }
     }
 
-    fn write_message(&self, out: &mut Vec<u8>, message: &Value) {
+    pub(crate) fn write_message(&self, out: &mut Vec<u8>, message: &Value) {
         let Some(obj) = message.as_object() else {
             jw::value(out, message);
             return;
@@ -324,22 +414,41 @@ impl<'a> Context<'a> {
             jw::value(out, content);
             return;
         };
-        if !self.parts.is_empty() {
-            let original = self.parts.get(text.as_str()).and_then(|c| {
-                c.iter()
-                    .find(|(r, _)| *r == role || (role == "developer" && *r == "system"))
-            });
-            if let Some((_, parts)) = original {
-                parts.write(out);
-                return;
-            }
+        if let Some(parts) = self.original_parts(text, role) {
+            parts.write(out);
+            return;
         }
         out.extend_from_slice(b"[{\"type\":\"text\",\"text\":");
         jw::string(out, text);
         out.extend_from_slice(b"}]");
     }
 
-    fn write_tool(&self, out: &mut Vec<u8>, tool: &Value) {
+    /// Whether any original message had its text parts joined (only then
+    /// does a string content need its text looked up).
+    pub(crate) fn has_parts(&self) -> bool {
+        !self.parts.is_empty()
+    }
+
+    /// The original content list a string content `text` of a message
+    /// with `role` was folded from, if any.
+    pub(crate) fn original_parts(&self, text: &str, role: &str) -> Option<Raw<'a>> {
+        if self.parts.is_empty() {
+            return None;
+        }
+        let original = self
+            .parts
+            .get(text)?
+            .iter()
+            .find(|(r, _)| *r == role || (role == "developer" && *r == "system"))?;
+        Some(original.1)
+    }
+
+    /// The original `parameters` string of the tool named `name`.
+    pub(crate) fn schema(&self, name: &str) -> Option<Schema<'a>> {
+        self.params.get(name).copied()
+    }
+
+    pub(crate) fn write_tool(&self, out: &mut Vec<u8>, tool: &Value) {
         let Some(params) = tool
             .pointer("/function/parameters")
             .filter(|p| !p.is_string())
@@ -351,11 +460,9 @@ impl<'a> Context<'a> {
             .pointer("/function/name")
             .and_then(Value::as_str)
             .unwrap_or("");
-        let text = match self.params.get(name) {
+        let text = match self.params.get(name).and_then(|s| Some((s.text()?, s))) {
             // The agent's own text when the proxy left the schema alone.
-            Some(orig) if serde_json::from_str::<Value>(orig).ok().as_ref() == Some(params) => {
-                orig.to_string()
-            }
+            Some((orig, schema)) if schema.holds(params) => orig.into_owned(),
             _ => serde_json::to_string(params).unwrap_or_default(),
         };
         let mut tool = tool.clone();
@@ -372,7 +479,7 @@ enum Write<'v> {
     Calls(&'v Value),
 }
 
-fn has_name(call: &Value) -> bool {
+pub(crate) fn has_name(call: &Value) -> bool {
     ["/function/name", "/function_call/name"].iter().any(|p| {
         call.pointer(p)
             .and_then(Value::as_str)
@@ -384,31 +491,68 @@ fn has_name(call: &Value) -> bool {
 /// calls without a name.
 fn write_calls(out: &mut Vec<u8>, calls: &[Value]) {
     out.push(b'[');
-    let mut first = true;
-    for call in calls.iter().filter(|c| has_name(c)) {
-        if !std::mem::take(&mut first) {
+    for (i, call) in calls.iter().filter(|c| has_name(c)).enumerate() {
+        if i > 0 {
             out.push(b',');
         }
-        let Some(obj) = call.as_object() else {
-            jw::value(out, call);
-            continue;
-        };
-        let renames = !obj.contains_key("function_call");
-        out.push(b'{');
-        for (i, (k, v)) in obj.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            let key = if renames && k == "function" {
-                "function_call"
-            } else {
-                k
-            };
-            jw::string(out, key);
-            out.push(b':');
-            jw::value(out, v);
-        }
-        out.push(b'}');
+        write_call(out, call);
     }
     out.push(b']');
+}
+
+/// One tool call with `function` renamed to `function_call` (unless it
+/// has a `function_call` already).
+pub(crate) fn write_call(out: &mut Vec<u8>, call: &Value) {
+    let Some(obj) = call.as_object() else {
+        jw::value(out, call);
+        return;
+    };
+    let renames = !obj.contains_key("function_call");
+    out.push(b'{');
+    for (i, (k, v)) in obj.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let key = if renames && k == "function" {
+            "function_call"
+        } else {
+            k
+        };
+        jw::string(out, key);
+        out.push(b':');
+        jw::value(out, v);
+    }
+    out.push(b'}');
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_literal_is_compared_with_text_as_it_decodes() {
+        let cases: [(&[u8], &[u8], Option<bool>); 8] = [
+            (br#""{\"a\":1}""#, br#"{"a":1}"#, Some(true)),
+            (br#""{\"a\":1}""#, br#"{"a":2}"#, Some(false)),
+            (br#""{\"a\":1}""#, br#"{"a":1} "#, Some(false)),
+            (br#""{\"a\":1}""#, br#"{"a":"#, Some(false)),
+            (br#""\/\\\b\f\n\r\t""#, b"/\\\x08\x0c\n\r\t", Some(true)),
+            (br#""\u00e9""#, "é".as_bytes(), None),
+            (br#""""#, b"", Some(true)),
+            (br#""x""#, b"", Some(false)),
+        ];
+        for (raw, want, is) in cases {
+            assert_eq!(
+                literal_is(raw, want),
+                is,
+                "{}",
+                String::from_utf8_lossy(raw)
+            );
+            let decoded: String = serde_json::from_slice(raw).unwrap();
+            if let Some(is) = is {
+                assert_eq!(decoded.as_bytes() == want, is);
+            }
+        }
+    }
 }
