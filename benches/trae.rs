@@ -56,7 +56,7 @@ use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::{json, Map, Value};
 use shimgate_shim_api::sse::{SseParser, DONE_FRAME};
-use shimgate_shim_api::{Shim, StreamTranslator};
+use shimgate_shim_api::{OpenAiBody, Shim, StreamTranslator};
 use shimgate_shim_trae::{ToOpenAi, TraeOriginal, TraeShim};
 use std::time::Duration;
 
@@ -1145,7 +1145,7 @@ fn bench(c: &mut Criterion) {
         *folded.openai, parsed.openai,
         "the written fold makes the parsed fold's OpenAI body"
     );
-    let (n_orig, n_openai) = naive_fold(&body);
+    let (n_orig, _) = naive_fold(&body);
     let restored: Value =
         serde_json::from_slice(&TraeShim.restore(&folded.original, &folded.openai).unwrap())
             .unwrap();
@@ -1174,27 +1174,32 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("naive_value", |b| b.iter(|| naive_fold(black_box(&body))));
     g.finish();
+    // Each case starts from the proxy's bytes, as the return leg does: the
+    // shim checks them strictly and reads members (`restore_reads_whole`
+    // is false for a written original), the others parse them whole.
+    let proxy_bytes = folded.openai.bytes();
     let mut g = c.benchmark_group("trae_restore");
     g.throughput(Throughput::Bytes(body.len() as u64));
     g.bench_function("shim", |b| {
         b.iter(|| {
+            let openai = OpenAiBody::parse(black_box(proxy_bytes.clone())).unwrap();
             TraeShim
-                .restore(black_box(&folded.original), black_box(&folded.openai))
+                .restore(black_box(&folded.original), &openai)
                 .unwrap()
         })
     });
     g.bench_function("typed_serde", |b| {
         b.iter(|| {
-            serde_restore::restore_written(
-                black_box(text),
-                black_box(kept),
-                black_box(folded.openai.value()),
-            )
-            .unwrap()
+            let openai = OpenAiBody::parse_whole(black_box(proxy_bytes.clone())).unwrap();
+            serde_restore::restore_written(black_box(text), black_box(kept), openai.value())
+                .unwrap()
         })
     });
     g.bench_function("naive_value", |b| {
-        b.iter(|| naive_restore(black_box(&n_orig), black_box(&n_openai)))
+        b.iter(|| {
+            let openai: Value = serde_json::from_slice(black_box(&proxy_bytes)).unwrap();
+            naive_restore(black_box(&n_orig), &openai)
+        })
     });
     g.finish();
 }

@@ -596,6 +596,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_literal_is_compared_with_text_as_it_decodes() {
+        let cases: [(&[u8], &[u8], Option<bool>); 8] = [
+            (br#""{\"a\":1}""#, br#"{"a":1}"#, Some(true)),
+            (br#""{\"a\":1}""#, br#"{"a":2}"#, Some(false)),
+            (br#""{\"a\":1}""#, br#"{"a":1} "#, Some(false)),
+            (br#""{\"a\":1}""#, br#"{"a":"#, Some(false)),
+            (br#""\/\\\b\f\n\r\t""#, b"/\\\x08\x0c\n\r\t", Some(true)),
+            (br#""\u00e9""#, "é".as_bytes(), None),
+            (br#""""#, b"", Some(true)),
+            (br#""x""#, b"", Some(false)),
+        ];
+        for (raw, want, is) in cases {
+            assert_eq!(
+                restore::literal_is(raw, want),
+                is,
+                "{}",
+                String::from_utf8_lossy(raw)
+            );
+            let decoded: String = serde_json::from_slice(raw).unwrap();
+            if let Some(is) = is {
+                assert_eq!(decoded.as_bytes() == want, is);
+            }
+        }
+    }
+
+    #[test]
     fn a_literal_is_canonical_as_the_scanner_says() {
         let mut literals: Vec<String> = (0u8..128)
             .map(|b| serde_json::to_string(&char::from(b).to_string()).unwrap())
