@@ -1176,32 +1176,33 @@ fn bench(c: &mut Criterion) {
     g.finish();
     // Each case starts from the proxy's bytes, as the return leg does: the
     // shim checks them strictly and reads members (`restore_reads_whole`
-    // is false for a written original), the others parse them whole.
-    let proxy_bytes = folded.openai.bytes();
-    let mut g = c.benchmark_group("trae_restore");
-    g.throughput(Throughput::Bytes(body.len() as u64));
-    g.bench_function("shim", |b| {
-        b.iter(|| {
-            let openai = OpenAiBody::parse(black_box(proxy_bytes.clone())).unwrap();
-            TraeShim
-                .restore(black_box(&folded.original), &openai)
-                .unwrap()
-        })
-    });
-    g.bench_function("typed_serde", |b| {
-        b.iter(|| {
-            let openai = OpenAiBody::parse_whole(black_box(proxy_bytes.clone())).unwrap();
-            serde_restore::restore_written(black_box(text), black_box(kept), openai.value())
-                .unwrap()
-        })
-    });
-    g.bench_function("naive_value", |b| {
-        b.iter(|| {
-            let openai: Value = serde_json::from_slice(black_box(&proxy_bytes)).unwrap();
-            naive_restore(black_box(&n_orig), &openai)
-        })
-    });
-    g.finish();
+    // is false for a written original), the others parse them whole; on
+    // the body as the fold wrote it, and pretty, as a proxy that
+    // re-serialises it may send it.
+    let compact = folded.openai.bytes();
+    let pretty = Bytes::from(serde_json::to_vec_pretty(folded.openai.value()).unwrap());
+    for (name, proxy) in [("", &compact), ("_pretty", &pretty)] {
+        let shim = || {
+            let openai = OpenAiBody::parse(proxy.clone()).unwrap();
+            TraeShim.restore(&folded.original, &openai).unwrap()
+        };
+        let typed = || {
+            let openai = OpenAiBody::parse_whole(proxy.clone()).unwrap();
+            serde_restore::restore_written(text, kept, openai.value()).unwrap()
+        };
+        assert_eq!(shim(), typed(), "the same bytes both ways");
+        let mut g = c.benchmark_group(format!("trae_restore{name}"));
+        g.throughput(Throughput::Bytes(body.len() as u64));
+        g.bench_function("shim", |b| b.iter(|| black_box(shim())));
+        g.bench_function("typed_serde", |b| b.iter(|| black_box(typed())));
+        g.bench_function("naive_value", |b| {
+            b.iter(|| {
+                let openai: Value = serde_json::from_slice(black_box(proxy)).unwrap();
+                naive_restore(&n_orig, &openai)
+            })
+        });
+        g.finish();
+    }
 }
 
 criterion_group! {

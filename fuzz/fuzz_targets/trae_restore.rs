@@ -15,22 +15,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use libfuzzer_sys::fuzz_target;
-use serde_json::{Map, Value};
+use serde_json::Value;
+use shimgate_testkit::keys_reversed;
 use shimgate_shim_api::{OpenAiBody, Shim};
 use shimgate_shim_trae::{restore, TraeOriginal, TraeShim};
-
-fn reversed(v: &Value) -> Value {
-    match v {
-        Value::Object(m) => Value::Object(
-            m.iter()
-                .rev()
-                .map(|(k, v)| (k.clone(), reversed(v)))
-                .collect::<Map<_, _>>(),
-        ),
-        Value::Array(a) => Value::Array(a.iter().map(reversed).collect()),
-        other => other.clone(),
-    }
-}
 
 fn check(original: &TraeOriginal, proxy: &[u8]) {
     let TraeOriginal::Written { text, kept } = original else {
@@ -78,7 +66,7 @@ fuzz_target!(|data: &[u8]| {
             );
             check(
                 &folded.original,
-                &serde_json::to_vec(&reversed(openai)).unwrap(),
+                &serde_json::to_vec(&keys_reversed(openai)).unwrap(),
             );
         }
     }

@@ -35,3 +35,20 @@ pub mod upstream;
 
 #[cfg(feature = "wire")]
 pub use check::{check_openai, Problem, Problems};
+
+/// `v` with every object's keys in reverse order, at every level: a body
+/// as a proxy that re-serialises it in another key order sends it.
+#[cfg(feature = "dev")]
+pub fn keys_reversed(v: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .rev()
+                .map(|(k, v)| (k.clone(), keys_reversed(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(keys_reversed).collect()),
+        other => other.clone(),
+    }
+}

@@ -8,9 +8,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use shimgate_shim_api::{OpenAiBody, Shim};
 use shimgate_shim_trae::{restore, TraeOriginal, TraeShim};
+use shimgate_testkit::keys_reversed;
 
 fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(format!("{}/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
@@ -100,20 +101,6 @@ fn rewrite_messages(openai: &mut Value, keep: usize) {
     ]}));
 }
 
-/// The object's keys in reverse order, at every level.
-fn reversed(v: &Value) -> Value {
-    match v {
-        Value::Object(m) => Value::Object(
-            m.iter()
-                .rev()
-                .map(|(k, v)| (k.clone(), reversed(v)))
-                .collect::<Map<_, _>>(),
-        ),
-        Value::Array(a) => Value::Array(a.iter().map(reversed).collect()),
-        other => other.clone(),
-    }
-}
-
 /// `text` with the first `from` replaced by `to`.
 fn once(text: &str, from: &str, to: &str) -> String {
     text.replacen(from, to, 1)
@@ -145,7 +132,7 @@ fn proxy_bodies(openai: &Value) -> Vec<String> {
         // One schema changed, one reordered (same value), one added.
         tools[0]["function"]["parameters"]["properties"]["q"] = json!({"type": "string"});
         if let Some(p) = tools.get_mut(1) {
-            p["function"]["parameters"] = reversed(&p["function"]["parameters"]);
+            p["function"]["parameters"] = keys_reversed(&p["function"]["parameters"]);
         }
         tools.push(json!({"type": "function", "function": {"name": "compress", "parameters": {"type": "object", "n": 1.5e300}}}));
     }
@@ -167,9 +154,9 @@ fn proxy_bodies(openai: &Value) -> Vec<String> {
     let mut out = vec![
         base.clone(),
         serde_json::to_string_pretty(openai).unwrap(),
-        compact(&reversed(openai)),
+        compact(&keys_reversed(openai)),
         compact(&rewritten),
-        serde_json::to_string_pretty(&reversed(&rewritten)).unwrap(),
+        serde_json::to_string_pretty(&keys_reversed(&rewritten)).unwrap(),
         compact(&schemas),
         compact(&no_tools),
         compact(&tagged),
