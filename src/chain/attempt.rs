@@ -7,11 +7,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::http::client::{ClientError, UpstreamBody};
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Request, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use http_body_util::BodyExt;
 use shimgate_shim_api::failure::{classify_http, classify_text};
 use shimgate_shim_api::sse::SseParser;
 use shimgate_shim_api::translate::Meter;
@@ -84,10 +84,10 @@ enum Mode {
         held: BytesMut,
         parser: SseParser,
         translator: Box<dyn StreamTranslator>,
-        body: Incoming,
+        body: UpstreamBody,
     },
     Raw {
-        body: Incoming,
+        body: UpstreamBody,
     },
 }
 
@@ -96,7 +96,7 @@ impl Committed {
         held: BytesMut,
         parser: SseParser,
         translator: Box<dyn StreamTranslator>,
-        body: Incoming,
+        body: UpstreamBody,
         upstream_time: Duration,
     ) -> PreCommit {
         PreCommit::Committed(Committed {
@@ -150,7 +150,7 @@ impl Committed {
 pub async fn relay(
     ctx: &ChainCtx,
     idle: Duration,
-    (read, body): (Vec<Bytes>, Incoming),
+    (read, body): (Vec<Bytes>, UpstreamBody),
     translator: Box<dyn StreamTranslator>,
     tx: &BodyTx,
 ) -> Result<(), Failure> {
@@ -268,7 +268,7 @@ pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCo
 
 /// The attempt's upstream request: the outbound's, with the route's
 /// header overrides.
-async fn request(spec: &CallSpec, route: &Route) -> Result<Request<Full<Bytes>>, Failure> {
+async fn request(spec: &CallSpec, route: &Route) -> Result<Request<Bytes>, Failure> {
     let mut req = spec.outbound.request(route).await?;
     for (name, value) in &route.headers {
         req.headers_mut().insert(name.clone(), value.clone());
@@ -291,7 +291,7 @@ type Codes<'a> = Option<&'a (dyn Fn(u16, &[u8]) -> Option<Failure> + Send + Sync
 /// TRAE `4008` on a 429 is `QUOTA`), then from its status and words.
 async fn error_answer(
     parts: http::response::Parts,
-    body: Incoming,
+    body: UpstreamBody,
     idle: Duration,
     codes: Codes<'_>,
 ) -> PreCommit {
@@ -344,7 +344,7 @@ fn failed_whole(failure: Failure, parts: http::response::Parts, body: Bytes) -> 
 /// (default `SERVER`, retryable), kept whole.
 async fn not_a_stream(
     parts: http::response::Parts,
-    body: Incoming,
+    body: UpstreamBody,
     idle: Duration,
     codes: Codes<'_>,
 ) -> PreCommit {
@@ -380,7 +380,7 @@ async fn not_a_stream(
 /// frame (commit), an error or its end.
 async fn hold_until_content(
     mut translator: Box<dyn StreamTranslator>,
-    mut body: Incoming,
+    mut body: UpstreamBody,
     idle: Duration,
     sent_at: std::time::Instant,
 ) -> PreCommit {
@@ -425,7 +425,7 @@ async fn hold_until_content(
 /// The next data frame of an answer with no content yet (`None`: a frame
 /// that is not data); its end, a break or silence is a failure.
 async fn next_before_content(
-    body: &mut Incoming,
+    body: &mut UpstreamBody,
     idle: Duration,
 ) -> Result<Option<Bytes>, Failure> {
     match tokio::time::timeout(idle, body.frame()).await {
@@ -515,7 +515,7 @@ pub async fn stream(
 /// What a streaming loop waits for: the upstream's next chunk, or the
 /// client leaving, shimgate stopping, the upstream's silence.
 enum Wait {
-    Chunk(Option<Result<http_body::Frame<Bytes>, hyper::Error>>),
+    Chunk(Option<Result<http_body::Frame<Bytes>, ClientError>>),
     Gone,
     Stop,
     Silent,
@@ -541,14 +541,14 @@ struct Waits<'a, 'p> {
 
 impl Waits<'_, '_> {
     /// What comes next; the upstream's silence counts from now.
-    async fn next(&mut self, body: &mut Incoming) -> Wait {
+    async fn next(&mut self, body: &mut UpstreamBody) -> Wait {
         self.silence
             .as_mut()
             .reset(tokio::time::Instant::now() + self.idle);
         std::future::poll_fn(|cx| self.poll(body, cx)).await
     }
 
-    fn poll(&mut self, body: &mut Incoming, cx: &mut Context<'_>) -> Poll<Wait> {
+    fn poll(&mut self, body: &mut UpstreamBody, cx: &mut Context<'_>) -> Poll<Wait> {
         if let Poll::Ready(next) = http_body::Body::poll_frame(Pin::new(&mut *body), cx) {
             return Poll::Ready(Wait::Chunk(next));
         }
@@ -574,7 +574,7 @@ impl Waits<'_, '_> {
 async fn stream_raw(
     ctx: &ChainCtx,
     idle: Duration,
-    mut body: Incoming,
+    mut body: UpstreamBody,
     tx: &BodyTx,
 ) -> Result<(), Failure> {
     let stop = ctx.hard_stop.cancelled();
@@ -642,7 +642,7 @@ async fn stream_sse(
     ctx: &ChainCtx,
     idle: Duration,
     (held, mut parser, translator): (BytesMut, SseParser, &mut dyn StreamTranslator),
-    mut body: Incoming,
+    mut body: UpstreamBody,
     tx: &BodyTx,
 ) -> Result<(), Failure> {
     let mut out = held;
@@ -717,7 +717,7 @@ async fn stream_sse(
 /// waiting reads it. Else it is read in a task of its own, for at most
 /// [`LET_GO_TIME`] and [`LET_GO_BYTES`] (an upstream may hold the body
 /// open after the end frame; then the connection is closed as before).
-fn let_go(mut body: Incoming) {
+fn let_go(mut body: UpstreamBody) {
     let mut cx = Context::from_waker(std::task::Waker::noop());
     for _ in 0..4 {
         if http_body::Body::is_end_stream(&body) {
@@ -790,7 +790,7 @@ fn aborted() -> Failure {
 }
 
 /// Reads at most `limit` bytes of a body (what arrives within the idle timeout).
-async fn read_bounded(mut body: Incoming, limit: usize, idle: Duration) -> Bytes {
+async fn read_bounded(mut body: UpstreamBody, limit: usize, idle: Duration) -> Bytes {
     let mut buf = BytesMut::new();
     while buf.len() < limit {
         match tokio::time::timeout(idle, body.frame()).await {
@@ -816,7 +816,7 @@ fn summary(text: &str) -> String {
     out
 }
 
-fn client_failure(e: &hyper_util::client::legacy::Error) -> Failure {
+fn client_failure(e: &ClientError) -> Failure {
     let text = error_chain(e);
     let code = if text.contains("timed out") || text.contains("timeout") {
         FailureCode::Timeout

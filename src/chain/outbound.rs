@@ -5,14 +5,13 @@ use std::pin::Pin;
 
 use bytes::Bytes;
 use http::{HeaderMap, Request};
-use http_body_util::Full;
 use shimgate_shim_api::{Failure, FailureCode};
 
 use crate::config::Route;
 
 /// The future an [`Outbound`] returns.
 pub type OutboundFuture<'a> =
-    Pin<Box<dyn Future<Output = Result<Request<Full<Bytes>>, Failure>> + Send + 'a>>;
+    Pin<Box<dyn Future<Output = Result<Request<Bytes>, Failure>> + Send + 'a>>;
 
 /// Builds the upstream request of one attempt on one route. Called again for
 /// every attempt, so a codec can sign each retry afresh.
@@ -38,7 +37,7 @@ impl Outbound for FixedOutbound {
             let mut req = Request::builder()
                 .method(self.method.clone())
                 .uri(&uri)
-                .body(Full::new(self.body.clone()))
+                .body(self.body.clone())
                 .map_err(|e| {
                     Failure::new(
                         FailureCode::Unsupported,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{header, Method, Request, Response};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::Value;
 use tracing::{debug, warn};
@@ -108,7 +108,7 @@ async fn forward(shared: &Shared, parts: http::request::Parts, body: Bytes) -> R
     let mut req = match Request::builder()
         .method(parts.method.clone())
         .uri(&url)
-        .body(Full::new(body))
+        .body(body)
     {
         Ok(r) => r,
         Err(e) => {

@@ -13,8 +13,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Request, Response};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
+
+use crate::http::client::UpstreamBody;
 use serde_json::Value;
 use shimgate_shim_api::{OpenAiBody, Shim};
 use tracing::{info_span, warn, Instrument};
@@ -222,7 +224,7 @@ async fn via_proxy<S: Shim>(
     let url = proxy_url(compressor, name, &rid);
     // The shim wrote the body as text: sent as it is.
     let body = taken.openai.bytes();
-    let attempt = match Request::post(&url).body(Full::new(body)) {
+    let attempt = match Request::post(&url).body(body) {
         Ok(mut r) => {
             *r.headers_mut() = forwarded_to_proxy(&taken.agent.headers, &rid, &identity);
             // The proxy must reach the return leg within the first-byte
@@ -280,7 +282,7 @@ async fn proxy_error<S: Shim>(
     host: &Arc<Host<S>>,
     app: &Arc<App>,
     parts: http::response::Parts,
-    incoming: Incoming,
+    incoming: UpstreamBody,
 ) -> Response<Body> {
     let limited = http_body_util::Limited::new(incoming, openai_error::MAX_ERROR_BODY);
     let bytes = match limited.collect().await {

@@ -12,7 +12,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
+
+use crate::http::client::UpstreamBody;
 
 use crate::app::rid::RidEntry;
 
@@ -26,7 +27,7 @@ pub struct Answer {
     pub parts: http::response::Parts,
     /// Body chunks already read (in order, before `body`).
     pub read: Vec<Bytes>,
-    pub body: Incoming,
+    pub body: UpstreamBody,
 }
 
 /// The verdict on the proxy's answer.
@@ -45,7 +46,7 @@ pub use crate::http::headers::is_event_stream as is_sse;
 /// rid of `entry`, reading the body on, within `wait` per read, while the
 /// return leg has not seen the rid.
 pub async fn judge(
-    attempt: Result<http::Response<Incoming>, String>,
+    attempt: Result<http::Response<UpstreamBody>, String>,
     entry: &RidEntry,
     wait: Duration,
 ) -> Verdict {

@@ -13,7 +13,6 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Method, Request};
-use http_body_util::Full;
 use serde_json::{json, Value};
 use shimgate_shim_api::{Failure, FailureCode};
 use shimgate_shim_qoder::{ask, codec, cosy};
@@ -259,12 +258,12 @@ fn post(
     path: &str,
     headers: HeaderMap,
     body: Bytes,
-) -> Result<Request<Full<Bytes>>, Failure> {
+) -> Result<Request<Bytes>, Failure> {
     let uri = format!("{}{path}", route.url);
     let mut req = Request::builder()
         .method(Method::POST)
         .uri(&uri)
-        .body(Full::new(body))
+        .body(body)
         .map_err(|e| {
             Failure::new(
                 FailureCode::Unsupported,
@@ -296,7 +295,7 @@ impl Outbound for ExecOutbound {
             let mut req = Request::builder()
                 .method(Method::POST)
                 .uri(&encoded.url)
-                .body(Full::new(encoded.body))
+                .body(encoded.body)
                 .map_err(|e| {
                     Failure::new(
                         FailureCode::Codec,

@@ -1,0 +1,258 @@
+//! The HTTP/1.1 client every upstream send goes through (the chain's
+//! routes, the ingress's call to the compression proxy, the reference
+//! compressor's forward): pooled keep-alive connections, TCP_NODELAY, a
+//! connect timeout, https via rustls.
+//!
+//! Our own rather than hyper-util's pooled client, for what a stream
+//! costs while it is open. hyper's client gives every connection a task of
+//! its own and a request channel, and reads into buffers it keeps for the
+//! connection's life: every upstream chunk crossed from that task to the
+//! one translating it, and each open stream held about 50 KB for its two
+//! client connections (the 8 KiB write-head buffer, the channel's block of
+//! 32 request slots, the read buffer, the connection future). Here the
+//! body is read from the socket by whoever polls it ([`UpstreamBody`]),
+//! the head is written once from an exact buffer, and a stream that waits
+//! holds no buffer at all. Measured in the load tool's `streams` and
+//! `latency` phases against the hyper-util client it replaced
+//! (benches/README.md, 2026-12-02, "our own HTTP/1.1 client"). HTTP
+//! parsing is `httparse`'s; the chunked decoder is ours (`chunked.rs`, its
+//! header says why).
+
+mod body;
+pub mod chunked;
+mod connect;
+mod pool;
+pub mod wire;
+
+#[cfg(test)]
+mod tests;
+
+use std::io::IoSlice;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::{Request, Response};
+use tokio::io::AsyncWriteExt;
+
+pub use body::UpstreamBody;
+pub use connect::{Origin, Tls};
+pub use pool::{MAX_IDLE_PER_ORIGIN, SWEEP_EVERY};
+
+use connect::Io;
+use pool::Pool;
+
+/// How long an idle pooled connection is kept (upstream LBs commonly close at 60 s+).
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(50);
+
+/// The room a response head is first read into (most heads are a few
+/// hundred bytes; a longer one grows it up to [`wire::MAX_HEAD`]).
+const HEAD_READ: usize = 4096;
+
+/// The upstream client; cheap to clone (the clones share one pool).
+#[derive(Clone)]
+pub struct HttpClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Arc<Pool>,
+    tls: Tls,
+    connect_timeout: Duration,
+}
+
+/// Builds a client with the given connect timeout, trusting the webpki roots.
+pub fn client(connect_timeout: Duration) -> HttpClient {
+    HttpClient::with_tls(connect_timeout, Tls::webpki())
+}
+
+impl HttpClient {
+    /// A client with its own TLS trust.
+    pub fn with_tls(connect_timeout: Duration, tls: Tls) -> HttpClient {
+        HttpClient {
+            inner: Arc::new(Inner {
+                pool: Pool::new(POOL_IDLE_TIMEOUT),
+                tls,
+                connect_timeout,
+            }),
+        }
+    }
+
+    /// Idle connections kept for reuse.
+    pub fn idle_connections(&self) -> usize {
+        self.inner.pool.idle_count()
+    }
+
+    /// Sends `req` and reads the answer's head; the body is read as it is
+    /// polled. The caller bounds the wait for the head.
+    pub async fn request(
+        &self,
+        req: Request<Bytes>,
+    ) -> Result<Response<UpstreamBody>, ClientError> {
+        let (parts, body) = req.into_parts();
+        let Some(origin) = Origin::of(&parts.uri) else {
+            return Err(ClientError::new(
+                Kind::Connect,
+                parts.uri.to_string(),
+                "the URL is not http:// or https:// with a host",
+            ));
+        };
+        let head = wire::request_head(&parts, &origin, body.len());
+        let io = self.send(&origin, &head, &body).await?;
+        drop(head);
+        let (io, head, rest) = read_head(io, &parts.method, &origin).await?;
+        let body = UpstreamBody::new(
+            io,
+            head.framing,
+            rest,
+            head.keep_alive,
+            (self.inner.pool.clone(), origin),
+        );
+        let mut resp = Response::new(body);
+        *resp.status_mut() = head.status;
+        *resp.version_mut() = head.version;
+        *resp.headers_mut() = head.headers;
+        Ok(resp)
+    }
+
+    /// Writes the request on a pooled connection or a new one. A pooled
+    /// one that fails before it took a byte (its peer closed it meanwhile)
+    /// is dropped and the request written on a new one: nothing of it
+    /// left, so it cannot reach the upstream twice.
+    async fn send(&self, origin: &Origin, head: &[u8], body: &[u8]) -> Result<Io, ClientError> {
+        if let Some(mut io) = self.inner.pool.take(origin) {
+            match write_request(&mut io, head, body).await {
+                Ok(()) => return Ok(io),
+                Err((e, 0)) => {
+                    tracing::debug!(%origin, error = %e, "a pooled connection was closed; connecting anew")
+                }
+                Err((e, _)) => return Err(ClientError::new(Kind::Send, origin.to_string(), e)),
+            }
+        }
+        let mut io = connect::connect(origin, &self.inner.tls, self.inner.connect_timeout)
+            .await
+            .map_err(|e| ClientError::new(Kind::Connect, origin.to_string(), e))?;
+        write_request(&mut io, head, body)
+            .await
+            .map_err(|(e, _)| ClientError::new(Kind::Send, origin.to_string(), e))?;
+        Ok(io)
+    }
+}
+
+/// Writes head and body (one system call for the two when it can), then
+/// flushes. `Err` carries how many bytes were taken before the error.
+async fn write_request(
+    io: &mut Io,
+    head: &[u8],
+    body: &[u8],
+) -> Result<(), (std::io::Error, usize)> {
+    let total = head.len() + body.len();
+    let mut written = 0;
+    while written < total {
+        let slices = if written < head.len() {
+            [IoSlice::new(&head[written..]), IoSlice::new(body)]
+        } else {
+            [
+                IoSlice::new(&body[written - head.len()..]),
+                IoSlice::new(&[]),
+            ]
+        };
+        match io.write_vectored(&slices).await {
+            Ok(0) => return Err((std::io::ErrorKind::WriteZero.into(), written)),
+            Ok(n) => written += n,
+            Err(e) => return Err((e, written)),
+        }
+    }
+    io.flush().await.map_err(|e| (e, written))
+}
+
+/// Reads the response head; the bytes read past it start the body.
+async fn read_head(
+    mut io: Io,
+    method: &http::Method,
+    origin: &Origin,
+) -> Result<(Io, wire::Head, BytesMut), ClientError> {
+    let mut buf = BytesMut::with_capacity(HEAD_READ);
+    loop {
+        if buf.capacity() == buf.len() {
+            buf.reserve(buf.capacity().max(HEAD_READ));
+        }
+        let n = tokio_util::io::read_buf(&mut io, &mut buf)
+            .await
+            .map_err(|e| ClientError::new(Kind::Head, origin.to_string(), e))?;
+        if n == 0 {
+            return Err(ClientError::new(
+                Kind::Head,
+                origin.to_string(),
+                "the connection closed before a response head",
+            ));
+        }
+        match wire::parse_head(&mut buf, method) {
+            Ok(Some(head)) => {
+                let rest = if buf.is_empty() { BytesMut::new() } else { buf };
+                return Ok((io, head, rest));
+            }
+            Ok(None) => {}
+            Err(e) => return Err(ClientError::new(Kind::Head, origin.to_string(), e)),
+        }
+    }
+}
+
+/// What the client was doing when it failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Resolving, connecting, the TLS handshake (the request never left).
+    Connect,
+    Send,
+    Head,
+    Body,
+}
+
+/// A failed request or body read: what failed, where, and why.
+#[derive(Debug)]
+pub struct ClientError {
+    kind: Kind,
+    origin: String,
+    source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl ClientError {
+    fn new(
+        kind: Kind,
+        origin: String,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> ClientError {
+        ClientError {
+            kind,
+            origin,
+            source: source.into(),
+        }
+    }
+
+    fn body(origin: &Origin, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        ClientError::new(Kind::Body, origin.to_string(), source)
+    }
+
+    /// The connection could not be made: the request never left.
+    pub fn is_connect(&self) -> bool {
+        self.kind == Kind::Connect
+    }
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match self.kind {
+            Kind::Connect => "cannot connect to",
+            Kind::Send => "cannot send the request to",
+            Kind::Head => "no response head from",
+            Kind::Body => "the response body broke from",
+        };
+        write!(f, "{what} {}", self.origin)
+    }
+}
+
+impl std::error::Error for ClientError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
+}
