@@ -22,8 +22,7 @@
 #[allow(dead_code)]
 mod chunked;
 
-use bytes::BytesMut;
-use chunked::{ChunkedDecoder, Decoded};
+use chunked::ChunkedDecoder;
 use libfuzzer_sys::fuzz_target;
 
 const PATTERN: [usize; 8] = [1, 3, 2, 7, 1, 1, 5, 4];
@@ -39,7 +38,6 @@ struct Outcome {
 
 fn decode(stream: &[u8], cut: u8) -> Outcome {
     let mut decoder = ChunkedDecoder::new();
-    let mut buf = BytesMut::new();
     let mut data = Vec::new();
     let mut at = 0;
     let mut turn = 0;
@@ -51,34 +49,28 @@ fn decode(stream: &[u8], cut: u8) -> Outcome {
         };
         turn += 1;
         let end = (at + size).min(stream.len());
-        buf.extend_from_slice(&stream[at..end]);
-        at = end;
-        loop {
-            match decoder.decode(&mut buf) {
-                Ok(Decoded::Data(piece)) => {
-                    assert!(!piece.is_empty(), "an empty data piece");
-                    data.extend_from_slice(&piece);
-                }
-                Ok(Decoded::NeedMore) => {
-                    assert!(buf.is_empty(), "NeedMore with bytes left");
-                    break;
-                }
-                Ok(Decoded::End) => {
-                    assert!(decoder.is_done());
-                    buf.extend_from_slice(&stream[at..]);
-                    return Outcome {
-                        data,
-                        stop: Ok(Some(buf.to_vec())),
-                    };
-                }
-                Err(e) => {
-                    return Outcome {
-                        data,
-                        stop: Err(e.to_string()),
-                    }
+        let piece = &stream[at..end];
+        let used = match decoder.decode(piece, |d| {
+            assert!(!d.is_empty(), "an empty data piece");
+            data.extend_from_slice(d);
+        }) {
+            Ok(used) => used,
+            Err(e) => {
+                return Outcome {
+                    data,
+                    stop: Err(e.to_string()),
                 }
             }
+        };
+        assert!(used <= piece.len());
+        at += used;
+        if decoder.is_done() {
+            return Outcome {
+                data,
+                stop: Ok(Some(stream[at..].to_vec())),
+            };
         }
+        assert_eq!(used, piece.len(), "a piece not taken whole before the end");
     }
     Outcome { data, stop: Ok(None) }
 }

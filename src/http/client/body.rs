@@ -4,30 +4,30 @@
 //! end, the connection goes back to the pool; dropped before, it is
 //! closed.
 //!
-//! Between reads it holds no buffer: one is allocated when a read is
-//! tried and given up when the read would wait with nothing left over, so
-//! a stream that waits for its next piece costs its socket and a few words
-//! (2,000 idle streams, DESIGN's memory bound).
+//! Each read goes into a buffer on the stack; the body's data in it is
+//! copied out into one exact-size frame (an SSE piece is a few hundred
+//! bytes), and the chunked framing around it is decoded in place. So a
+//! stream holds no buffer between reads, and a stream waiting for its
+//! next piece costs its socket and a few words (2,000 idle streams,
+//! DESIGN's memory bound); a read costs one small allocation.
 
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http_body::{Frame, SizeHint};
+use tokio::io::{AsyncRead, ReadBuf};
 
-use super::chunked::{ChunkedDecoder, Decoded};
+use super::chunked::ChunkedDecoder;
 use super::connect::{Io, Origin};
 use super::pool::Pool;
 use super::wire::Framing;
 use super::ClientError;
 
-/// A read asks for at least this much room.
-const READ_SIZE: usize = 8 * 1024;
-
-/// Reads that fill their room double it, up to this (a large answer read
-/// in few system calls).
-const MAX_READ_SIZE: usize = 256 * 1024;
+/// The most one read takes (a TLS record's plaintext is at most 16 KiB).
+const READ_SIZE: usize = 16 * 1024;
 
 /// The body of an upstream's answer.
 pub struct UpstreamBody {
@@ -54,10 +54,10 @@ enum Left {
 struct Reading {
     io: Io,
     left: Left,
-    /// Bytes read and not yet given out.
-    buf: BytesMut,
-    read_size: usize,
-    /// The connection may be reused once the body is read to its end.
+    /// Bytes read with the head, past it: decoded before any read.
+    early: Option<Bytes>,
+    /// The connection may be reused once the body is read to its end (and
+    /// the peer sent nothing past it).
     keep_alive: bool,
     pool: Arc<Pool>,
     origin: Origin,
@@ -68,7 +68,7 @@ impl UpstreamBody {
     pub(super) fn new(
         io: Io,
         framing: Framing,
-        buf: BytesMut,
+        early: Bytes,
         keep_alive: bool,
         (pool, origin): (Arc<Pool>, Origin),
     ) -> UpstreamBody {
@@ -82,16 +82,13 @@ impl UpstreamBody {
             reading: Some(Reading {
                 io,
                 left,
-                buf,
-                read_size: READ_SIZE,
+                early: (!early.is_empty()).then_some(early),
                 keep_alive,
                 pool,
                 origin,
             }),
         };
-        if matches!(framing, Framing::Empty) {
-            body.finish();
-        }
+        body.finish_if_read();
         body
     }
 
@@ -100,91 +97,103 @@ impl UpstreamBody {
         UpstreamBody { reading: None }
     }
 
-    /// The body is read: its connection goes back to the pool when the
-    /// peer keeps it and sent nothing past the body.
-    fn finish(&mut self) {
+    /// When the body is read to its end: its connection goes back to the
+    /// pool if the peer keeps it and sent nothing past the body.
+    fn finish_if_read(&mut self) {
+        let done = match &self.reading {
+            Some(r) => match &r.left {
+                Left::Bytes(n) => *n == 0,
+                Left::Chunked(d) => d.is_done(),
+                Left::Close => false,
+            },
+            None => false,
+        };
+        if !done {
+            return;
+        }
         if let Some(r) = self.reading.take() {
-            if r.keep_alive && r.buf.is_empty() {
+            if r.keep_alive && r.early.is_none() {
                 r.pool.put(&r.origin, r.io);
             }
         }
     }
-
-    fn fail(&mut self, error: ClientError) -> Poll<Option<Result<Frame<Bytes>, ClientError>>> {
-        self.reading = None;
-        Poll::Ready(Some(Err(error)))
-    }
 }
 
 impl Reading {
-    /// The next piece of data the buffer holds, or `None` when it needs
-    /// more; `Err` for a malformed chunked body.
-    fn take(&mut self) -> Result<Step, ClientError> {
-        match &mut self.left {
-            Left::Bytes(0) => Ok(Step::End),
-            Left::Bytes(n) if !self.buf.is_empty() => {
-                let take = usize::try_from(*n).map_or(self.buf.len(), |n| n.min(self.buf.len()));
+    /// The body's data in `input` (the bytes that came after those taken
+    /// before) as one frame; `None` when it held framing only.
+    fn take(&mut self, input: &[u8]) -> Result<Option<Bytes>, ClientError> {
+        let data = match &mut self.left {
+            Left::Bytes(n) => {
+                let take = usize::try_from(*n).map_or(input.len(), |n| n.min(input.len()));
                 *n -= take as u64;
-                Ok(Step::Data(self.buf.split_to(take).freeze()))
+                if take < input.len() {
+                    // Bytes past the body: the connection is not reused.
+                    self.keep_alive = false;
+                }
+                copied(&input[..take])
             }
-            Left::Chunked(decoder) => match decoder.decode(&mut self.buf) {
-                Ok(Decoded::Data(data)) => Ok(Step::Data(data)),
-                Ok(Decoded::End) => Ok(Step::End),
-                Ok(Decoded::NeedMore) => Ok(Step::Read),
-                Err(e) => Err(ClientError::body(&self.origin, e)),
-            },
-            Left::Close if !self.buf.is_empty() => Ok(Step::Data(self.buf.split().freeze())),
-            Left::Bytes(_) | Left::Close => Ok(Step::Read),
-        }
-    }
-
-    /// Reads into the buffer: the bytes read (0 at the peer's close).
-    fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
-        if self.buf.capacity() - self.buf.len() < READ_SIZE {
-            self.buf.reserve(self.read_size);
-        }
-        let room = self.buf.capacity() - self.buf.len();
-        let read = tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf);
-        match read {
-            Poll::Ready(Ok(n)) => {
-                self.read_size = if n == room {
-                    (self.read_size * 2).min(MAX_READ_SIZE)
-                } else {
-                    READ_SIZE
-                };
+            Left::Close => copied(input),
+            Left::Chunked(decoder) => {
+                let mut pieces = Pieces::default();
+                let used = decoder
+                    .decode(input, |piece| pieces.push(piece, input.len()))
+                    .map_err(|e| ClientError::body(&self.origin, e))?;
+                if used < input.len() {
+                    self.keep_alive = false;
+                }
+                pieces.into_bytes()
             }
-            Poll::Pending if self.buf.is_empty() => self.buf = BytesMut::new(),
-            _ => {}
-        }
-        read
+        };
+        Ok(data)
     }
 
     /// The peer closed: the end of a body read to its close, else a cut.
     fn at_close(&self) -> Result<(), ClientError> {
-        match self.left {
-            Left::Close => Ok(()),
-            Left::Bytes(n) => Err(ClientError::body(
-                &self.origin,
-                std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    format!("the connection closed {n} bytes before the body's end"),
-                ),
-            )),
-            Left::Chunked(_) => Err(ClientError::body(
-                &self.origin,
-                std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "the connection closed before the chunked body's end",
-                ),
-            )),
-        }
+        let why = match self.left {
+            Left::Close => return Ok(()),
+            Left::Bytes(n) => format!("the connection closed {n} bytes before the body's end"),
+            Left::Chunked(_) => "the connection closed before the chunked body's end".into(),
+        };
+        Err(ClientError::body(
+            &self.origin,
+            std::io::Error::new(std::io::ErrorKind::UnexpectedEof, why),
+        ))
     }
 }
 
-enum Step {
-    Data(Bytes),
-    End,
-    Read,
+/// A frame's data: `None` for no bytes, else one exact-size copy.
+fn copied(data: &[u8]) -> Option<Bytes> {
+    (!data.is_empty()).then(|| Bytes::copy_from_slice(data))
+}
+
+/// The data pieces of one read, joined into one frame: a single piece (the
+/// common read: one chunk) is copied once, more are joined.
+#[derive(Default)]
+struct Pieces<'a> {
+    first: Option<&'a [u8]>,
+    joined: Vec<u8>,
+}
+
+impl<'a> Pieces<'a> {
+    fn push(&mut self, piece: &'a [u8], room: usize) {
+        if self.first.is_none() && self.joined.is_empty() {
+            self.first = Some(piece);
+            return;
+        }
+        if let Some(first) = self.first.take() {
+            self.joined.reserve(room);
+            self.joined.extend_from_slice(first);
+        }
+        self.joined.extend_from_slice(piece);
+    }
+
+    fn into_bytes(self) -> Option<Bytes> {
+        match self.first {
+            Some(first) => copied(first),
+            None => (!self.joined.is_empty()).then(|| Bytes::from(self.joined)),
+        }
+    }
 }
 
 impl http_body::Body for UpstreamBody {
@@ -200,34 +209,39 @@ impl http_body::Body for UpstreamBody {
             let Some(r) = this.reading.as_mut() else {
                 return Poll::Ready(None);
             };
-            match r.take() {
-                Ok(Step::Data(data)) => {
-                    if matches!(r.left, Left::Bytes(0)) {
-                        this.finish();
+            let taken = if let Some(early) = r.early.take() {
+                r.take(&early)
+            } else {
+                let mut scratch = [MaybeUninit::<u8>::uninit(); READ_SIZE];
+                let mut buf = ReadBuf::uninit(&mut scratch);
+                match Pin::new(&mut r.io).poll_read(cx, &mut buf) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Err(e)) => {
+                        let e = ClientError::body(&r.origin, e);
+                        this.reading = None;
+                        return Poll::Ready(Some(Err(e)));
                     }
-                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                    Poll::Ready(Ok(())) if buf.filled().is_empty() => {
+                        let end = r.at_close();
+                        this.reading = None;
+                        return end
+                            .err()
+                            .map(|e| Poll::Ready(Some(Err(e))))
+                            .unwrap_or(Poll::Ready(None));
+                    }
+                    Poll::Ready(Ok(())) => r.take(buf.filled()),
                 }
-                Ok(Step::End) => {
-                    this.finish();
-                    return Poll::Ready(None);
-                }
-                Ok(Step::Read) => {}
-                Err(e) => return this.fail(e),
-            }
-            match r.poll_read(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Ok(0)) => {
-                    let end = r.at_close();
+            };
+            match taken {
+                Err(e) => {
                     this.reading = None;
-                    return match end {
-                        Ok(()) => Poll::Ready(None),
-                        Err(e) => Poll::Ready(Some(Err(e))),
-                    };
+                    return Poll::Ready(Some(Err(e)));
                 }
-                Poll::Ready(Ok(_)) => {}
-                Poll::Ready(Err(e)) => {
-                    let e = ClientError::body(&r.origin, e);
-                    return this.fail(e);
+                Ok(data) => {
+                    this.finish_if_read();
+                    if let Some(data) = data {
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
                 }
             }
         }

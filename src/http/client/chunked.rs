@@ -2,33 +2,21 @@
 //! SSE arrives this way, one chunk per write, so every streamed piece goes
 //! through here.
 //!
-//! Written by hand: no crate decodes chunked framing incrementally from a
-//! `BytesMut` without owning the socket (hyper's decoder is private to its
-//! connection). It takes the bytes read so far, gives each chunk's data out
-//! as it arrives (split off the buffer, never copied) and keeps its place
-//! between reads. The chunk-size line, its extensions and the trailer
-//! section are bounded, so a peer cannot make it buffer without limit.
-//! Self-contained (only `bytes`): the `http_chunked` fuzz target compiles
-//! this file as it is.
-
-use bytes::{Buf, Bytes, BytesMut};
+//! Written by hand: no crate decodes chunked framing incrementally from
+//! the bytes of each read without owning the socket (hyper's decoder is
+//! private to its connection). It takes each read's bytes as they came,
+//! hands out the chunk data in them as slices and keeps its place between
+//! reads, so no byte is held back from one read to the next. The
+//! chunk-size line, its extensions and the trailer section are bounded,
+//! and none of them is kept (only the size is), so a peer cannot make it
+//! buffer anything. Self-contained (no dependency at all): the
+//! `http_chunked` fuzz target compiles this file as it is.
 
 /// The longest chunk-size line accepted, extensions included.
 pub const MAX_SIZE_LINE: usize = 4096;
 
 /// The most trailer bytes accepted after the last chunk.
 pub const MAX_TRAILERS: usize = 16 * 1024;
-
-/// What one step of decoding gave.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Decoded {
-    /// The next piece of the body's data.
-    Data(Bytes),
-    /// The buffer holds no more: read on.
-    NeedMore,
-    /// The body ended (its last chunk and trailers are consumed).
-    End,
-}
 
 /// Why a chunked body is malformed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,33 +88,39 @@ impl ChunkedDecoder {
         self.state == State::Done
     }
 
-    /// Decodes from the front of `buf`, consuming what it reads: the next
-    /// data piece, `NeedMore` once `buf` is used up, or `End`. Bytes after
-    /// the end are left in `buf`.
-    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, ChunkedError> {
-        loop {
-            if let State::Data(left) = self.state {
-                if buf.is_empty() {
-                    return Ok(Decoded::NeedMore);
+    /// Decodes `input`, the bytes read after those decoded before,
+    /// handing each piece of chunk data to `data` (slices of `input`, in
+    /// order, never empty). Returns how many bytes of `input` belong to the
+    /// body: all of them, unless it ended inside `input` (then the rest
+    /// came after its end).
+    pub fn decode<'a>(
+        &mut self,
+        input: &'a [u8],
+        mut data: impl FnMut(&'a [u8]),
+    ) -> Result<usize, ChunkedError> {
+        let mut at = 0;
+        while at < input.len() {
+            match self.state {
+                State::Done => return Ok(at),
+                State::Data(left) => {
+                    let rest = input.len() - at;
+                    let take = usize::try_from(left).map_or(rest, |l| l.min(rest));
+                    data(&input[at..at + take]);
+                    at += take;
+                    let left = left - take as u64;
+                    self.state = if left == 0 {
+                        State::DataCr
+                    } else {
+                        State::Data(left)
+                    };
                 }
-                let take = usize::try_from(left).map_or(buf.len(), |l| l.min(buf.len()));
-                let left = left - take as u64;
-                self.state = if left == 0 {
-                    State::DataCr
-                } else {
-                    State::Data(left)
-                };
-                return Ok(Decoded::Data(buf.split_to(take).freeze()));
+                _ => {
+                    self.step(input[at])?;
+                    at += 1;
+                }
             }
-            if self.state == State::Done {
-                return Ok(Decoded::End);
-            }
-            let Some(&byte) = buf.first() else {
-                return Ok(Decoded::NeedMore);
-            };
-            buf.advance(1);
-            self.step(byte)?;
         }
+        Ok(at)
     }
 
     /// One byte of framing (everything but chunk data).
@@ -230,23 +224,27 @@ impl ChunkedDecoder {
 mod tests {
     use super::*;
 
-    /// Decodes `input` fed in pieces of `step` bytes: the data and whether
-    /// the end was seen.
-    fn decode_in_steps(input: &[u8], step: usize) -> Result<(Vec<u8>, bool), ChunkedError> {
+    /// Decodes `input` fed in pieces of `step` bytes: the data, and the
+    /// bytes after the end (`None`: no end seen).
+    fn decode_in_steps(
+        input: &[u8],
+        step: usize,
+    ) -> Result<(Vec<u8>, Option<Vec<u8>>), ChunkedError> {
         let mut d = ChunkedDecoder::new();
-        let mut buf = BytesMut::new();
         let mut out = Vec::new();
+        let mut at = 0;
         for piece in input.chunks(step.max(1)) {
-            buf.extend_from_slice(piece);
-            loop {
-                match d.decode(&mut buf)? {
-                    Decoded::Data(b) => out.extend_from_slice(&b),
-                    Decoded::NeedMore => break,
-                    Decoded::End => return Ok((out, true)),
-                }
+            let used = d.decode(piece, |data| {
+                assert!(!data.is_empty());
+                out.extend_from_slice(data)
+            })?;
+            at += used;
+            if d.is_done() {
+                return Ok((out, Some(input[at..].to_vec())));
             }
+            assert_eq!(used, piece.len(), "all of a piece is taken before the end");
         }
-        Ok((out, false))
+        Ok((out, None))
     }
 
     #[test]
@@ -255,38 +253,43 @@ mod tests {
         for step in 1..input.len() {
             let (data, end) = decode_in_steps(input, step).expect("valid");
             assert_eq!(data, b"hello 0123456789", "step {step}");
-            assert!(end, "step {step}");
+            assert_eq!(end, Some(Vec::new()), "step {step}");
         }
     }
 
     #[test]
     fn trailers_are_read_past() {
         let input = b"3\r\nabc\r\n0\r\nx-a: 1\r\nx-b: 2\r\n\r\n";
-        assert_eq!(decode_in_steps(input, 2), Ok((b"abc".to_vec(), true)));
+        assert_eq!(
+            decode_in_steps(input, 2),
+            Ok((b"abc".to_vec(), Some(Vec::new())))
+        );
     }
 
     #[test]
-    fn bytes_after_the_end_stay_in_the_buffer() {
-        let mut d = ChunkedDecoder::new();
-        let mut buf = BytesMut::from(&b"1\r\na\r\n0\r\n\r\nHTTP/1.1"[..]);
-        assert_eq!(
-            d.decode(&mut buf),
-            Ok(Decoded::Data(Bytes::from_static(b"a")))
-        );
-        assert_eq!(d.decode(&mut buf), Ok(Decoded::End));
-        assert_eq!(&buf[..], b"HTTP/1.1");
-        assert!(d.is_done());
+    fn bytes_after_the_end_are_not_taken() {
+        let input = b"1\r\na\r\n0\r\n\r\nHTTP/1.1";
+        for step in 1..input.len() {
+            assert_eq!(
+                decode_in_steps(input, step),
+                Ok((b"a".to_vec(), Some(b"HTTP/1.1".to_vec()))),
+                "step {step}"
+            );
+        }
     }
 
     #[test]
     fn size_with_whitespace_and_upper_hex() {
         assert_eq!(
             decode_in_steps(b"1F \t\r\n", 1).map(|r| r.1),
-            Ok(false),
+            Ok(None),
             "a size line with whitespace before its end is taken"
         );
         let body = [b"1F\r\n".as_slice(), &[b'x'; 31], b"\r\n0\r\n\r\n"].concat();
-        assert_eq!(decode_in_steps(&body, 7), Ok((vec![b'x'; 31], true)));
+        assert_eq!(
+            decode_in_steps(&body, 7),
+            Ok((vec![b'x'; 31], Some(Vec::new())))
+        );
     }
 
     #[test]

@@ -171,7 +171,7 @@ async fn read_head(
     mut io: Io,
     method: &http::Method,
     origin: &Origin,
-) -> Result<(Io, wire::Head, BytesMut), ClientError> {
+) -> Result<(Io, wire::Head, Bytes), ClientError> {
     let mut buf = BytesMut::with_capacity(HEAD_READ);
     loop {
         if buf.capacity() == buf.len() {
@@ -188,10 +188,7 @@ async fn read_head(
             ));
         }
         match wire::parse_head(&mut buf, method) {
-            Ok(Some(head)) => {
-                let rest = if buf.is_empty() { BytesMut::new() } else { buf };
-                return Ok((io, head, rest));
-            }
+            Ok(Some(head)) => return Ok((io, head, buf.freeze())),
             Ok(None) => {}
             Err(e) => return Err(ClientError::new(Kind::Head, origin.to_string(), e)),
         }
