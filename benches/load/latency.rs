@@ -3,7 +3,8 @@
 //! **Direct** (shimgate in direct mode): agent → upstream directly, agent →
 //! bare hyper forwarder (the bench's own, in a process of its own) →
 //! upstream, agent → `shimgate compressor` forwarding untouched (a plain
-//! hyper proxy in its own process) → upstream, and agent → shimgate →
+//! proxy in its own process: hyper's server, shimgate's client) → upstream,
+//! and agent → shimgate →
 //! upstream, at concurrency 1 and 64.
 //!
 //! **Compressor** (the full path, through a pass-through proxy: `shimgate
