@@ -228,8 +228,8 @@ pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCo
                 ),
             ))
         }
-        // A failed connect never wrote the request.
-        Ok(Err(e)) if e.is_connect() => return unsent(client_failure(&e)),
+        // A failed connect (or first write) never sent the request.
+        Ok(Err(e)) if e.never_sent() => return unsent(client_failure(&e)),
         Ok(Err(e)) => return failed(client_failure(&e)),
         Ok(Ok(r)) => r,
     };

@@ -134,7 +134,11 @@ impl HttpClient {
             .map_err(|e| ClientError::new(Kind::Connect, origin.to_string(), e))?;
         write_request(&mut io, head, body)
             .await
-            .map_err(|(e, _)| ClientError::new(Kind::Send, origin.to_string(), e))?;
+            .map_err(|(e, written)| {
+                let mut error = ClientError::new(Kind::Send, origin.to_string(), e);
+                error.unsent = written == 0;
+                error
+            })?;
         Ok(io)
     }
 }
@@ -211,6 +215,8 @@ pub struct ClientError {
     kind: Kind,
     origin: String,
     source: Box<dyn std::error::Error + Send + Sync>,
+    /// Not a byte of the request was written.
+    unsent: bool,
 }
 
 impl ClientError {
@@ -223,6 +229,7 @@ impl ClientError {
             kind,
             origin,
             source: source.into(),
+            unsent: kind == Kind::Connect,
         }
     }
 
@@ -230,9 +237,15 @@ impl ClientError {
         ClientError::new(Kind::Body, origin.to_string(), source)
     }
 
-    /// The connection could not be made: the request never left.
+    /// The connection could not be made.
     pub fn is_connect(&self) -> bool {
         self.kind == Kind::Connect
+    }
+
+    /// Not a byte of the request left: it surely never reached the
+    /// upstream (no connection, or a write that failed at once).
+    pub fn never_sent(&self) -> bool {
+        self.unsent
     }
 }
 

@@ -238,7 +238,7 @@ async fn a_cut_or_malformed_body_is_an_error_naming_the_upstream() {
             chain.starts_with(&format!("the response body broke from http://{}", up.addr)),
             "{chain}"
         );
-        assert!(!err.is_connect());
+        assert!(!err.is_connect() && !err.never_sent());
         assert_eq!(client.idle_connections(), 0);
     }
 }
@@ -355,7 +355,7 @@ async fn a_refused_connect_is_a_connect_error() {
         .request(post(addr, "/", ""))
         .await
         .expect_err("nobody listens");
-    assert!(err.is_connect());
+    assert!(err.is_connect() && err.never_sent());
     let chain = crate::chain::error_chain(&err);
     assert!(
         chain.starts_with(&format!("cannot connect to http://{addr}: ")),
