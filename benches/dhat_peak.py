@@ -23,7 +23,7 @@ from collections import defaultdict
 # allocation that names one of them (standard library and buffer frames are
 # passed over) is its owner.
 OWNERS = [
-    ("shimgate", re.compile(r"/work/[^ ]*/(src|shims)/|shimgate[_:]")),
+    ("shimgate", re.compile(r"shimgate[_:]")),
     ("hyper", re.compile(r"hyper-1\.|hyper::")),
     ("hyper-util", re.compile(r"hyper-util|hyper_util::")),
     ("tokio", re.compile(r"tokio-1\.|tokio::")),
