@@ -7,7 +7,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::http::client::{ClientError, UpstreamBody};
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Request, StatusCode};
@@ -20,6 +19,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use super::{policy, BodyTx, CallSpec, ChainCtx};
 use crate::config::Route;
+use crate::http::client::{ClientError, UpstreamBody};
 use crate::http::headers;
 
 /// Frames held back before the first content frame, at most. Role deltas,

@@ -143,8 +143,9 @@ async fn forward(shared: &Shared, parts: http::request::Parts, body: Bytes) -> R
     // hyper derives the length from the body again; a stale one would be wrong
     // if the two ever disagreed.
     head.headers.remove(header::CONTENT_LENGTH);
-    // `Incoming` yields each chunk as it is read from the socket, so SSE
-    // frames reach the client as the upstream writes them, never collected.
+    // The upstream's body yields each read as it comes off the socket, so
+    // SSE frames reach the client as the upstream writes them, never
+    // collected.
     let streamed = incoming.map_err(|e| Box::new(e) as BoxError).boxed();
     Response::from_parts(head, streamed)
 }

@@ -15,8 +15,6 @@ use http::header::{self, HeaderValue};
 use http::{HeaderMap, Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-
-use crate::http::client::UpstreamBody;
 use serde_json::Value;
 use shimgate_shim_api::{OpenAiBody, Shim};
 use tracing::{info_span, warn, Instrument};
@@ -34,6 +32,7 @@ use crate::chain::{self, CallSpec, ChainResponse, TranslatorFactory};
 use crate::config::Config;
 use crate::http::body::ErrorCode;
 use crate::http::body::{self, Body, BoxError, ChannelBody};
+use crate::http::client::UpstreamBody;
 use crate::http::headers::{self, Secrets};
 use crate::http::read::{content_length, read_body, MAX_BODY_KEY};
 

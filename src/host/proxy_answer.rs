@@ -13,9 +13,8 @@ use bytes::Bytes;
 use http::header;
 use http_body_util::BodyExt;
 
-use crate::http::client::UpstreamBody;
-
 use crate::app::rid::RidEntry;
+use crate::http::client::UpstreamBody;
 
 /// Bytes of a proxy stream read, at most, while waiting for it to reach
 /// the return leg: a proxy writes nothing of its own before its upstream

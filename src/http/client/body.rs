@@ -92,11 +92,6 @@ impl UpstreamBody {
         body
     }
 
-    /// An empty body with no connection (tests and error answers).
-    pub fn empty() -> UpstreamBody {
-        UpstreamBody { reading: None }
-    }
-
     /// When the body is read to its end: its connection goes back to the
     /// pool if the peer keeps it and sent nothing past the body.
     fn finish_if_read(&mut self) {
@@ -216,24 +211,22 @@ impl http_body::Body for UpstreamBody {
                 let mut buf = ReadBuf::uninit(&mut scratch);
                 match Pin::new(&mut r.io).poll_read(cx, &mut buf) {
                     Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Err(e)) => {
-                        let e = ClientError::body(&r.origin, e);
-                        this.reading = None;
-                        return Poll::Ready(Some(Err(e)));
-                    }
+                    Poll::Ready(Err(e)) => Err(ClientError::body(&r.origin, e)),
                     Poll::Ready(Ok(())) if buf.filled().is_empty() => {
+                        // The peer closed: the end, or a cut.
                         let end = r.at_close();
                         this.reading = None;
-                        return end
-                            .err()
-                            .map(|e| Poll::Ready(Some(Err(e))))
-                            .unwrap_or(Poll::Ready(None));
+                        return match end {
+                            Ok(()) => Poll::Ready(None),
+                            Err(e) => Poll::Ready(Some(Err(e))),
+                        };
                     }
                     Poll::Ready(Ok(())) => r.take(buf.filled()),
                 }
             };
             match taken {
                 Err(e) => {
+                    // A broken body: its connection is closed.
                     this.reading = None;
                     return Poll::Ready(Some(Err(e)));
                 }

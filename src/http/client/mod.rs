@@ -19,10 +19,10 @@
 //! header says why).
 
 mod body;
-pub mod chunked;
+mod chunked;
 mod connect;
 mod pool;
-pub mod wire;
+mod wire;
 
 #[cfg(test)]
 mod tests;
@@ -36,10 +36,9 @@ use http::{Request, Response};
 use tokio::io::AsyncWriteExt;
 
 pub use body::UpstreamBody;
-pub use connect::{Origin, Tls};
-pub use pool::{MAX_IDLE_PER_ORIGIN, SWEEP_EVERY};
+pub use connect::Tls;
 
-use connect::Io;
+use connect::{Io, Origin};
 use pool::Pool;
 
 /// How long an idle pooled connection is kept (upstream LBs commonly close at 60 s+).

@@ -13,6 +13,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
+use super::pool::SWEEP_EVERY;
 use super::*;
 
 const TIMEOUT: Duration = Duration::from_secs(5);
