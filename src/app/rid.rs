@@ -10,7 +10,9 @@
 //! An entry keeps the native body as received; the parsed original is only
 //! borrowed (a weak reference to the ingress's copy), so finished requests
 //! do not keep parsed trees alive. A return leg that comes after its
-//! ingress finished parses the body again.
+//! ingress finished parses the body again. The body the ingress sent the
+//! proxy is borrowed the same way: the return leg reads it for the
+//! exchange accounting while the ingress waits for the answer.
 
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
@@ -20,8 +22,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::HeaderMap;
-
-use crate::app::exchange::MessageSummary;
+use shimgate_shim_api::OpenAiBody;
 
 /// How long an entry lives.
 pub const RID_TTL: Duration = Duration::from_secs(120);
@@ -49,8 +50,9 @@ pub struct RidEntry {
     pub headers: HeaderMap,
     /// The agent's request path and query.
     pub path_and_query: String,
-    /// What the ingress sent to the proxy, per message (for accounting).
-    pub sent: Vec<MessageSummary>,
+    /// The body the ingress sent to the proxy (for accounting), while the
+    /// ingress still holds it.
+    pub sent: Weak<OpenAiBody>,
     /// The `Authorization` the proxy saw (the agent's proxy identity): a
     /// proxy that calls a fixed path and forwards only that header is
     /// served the newest live rid of it.
@@ -79,7 +81,7 @@ impl RidEntry {
         native: Bytes,
         headers: HeaderMap,
         path_and_query: String,
-        sent: Vec<MessageSummary>,
+        sent: &Arc<OpenAiBody>,
         identity: String,
         encoded: bool,
     ) -> Self {
@@ -91,7 +93,7 @@ impl RidEntry {
             native,
             headers,
             path_and_query,
-            sent,
+            sent: Arc::downgrade(sent),
             identity,
             encoded,
             return_hits: AtomicU32::new(0),
@@ -271,7 +273,7 @@ mod tests {
             Bytes::from(vec![b' '; bytes]),
             HeaderMap::new(),
             "/".into(),
-            Vec::new(),
+            &Arc::new(OpenAiBody::of_value(&serde_json::json!({}))),
             format!("id-{}", rid.len() % 2),
             false,
         )

@@ -23,7 +23,6 @@ use super::openai_error;
 use super::proxy_answer::{self, Answer, Verdict};
 use super::translators::Counting;
 use super::{Host, RID_HEADER, RID_QUERY};
-use crate::app::exchange;
 use crate::app::rid::{RidEntry, RidRegistry};
 use crate::app::stats::Counter;
 use crate::app::{App, Live};
@@ -214,7 +213,7 @@ async fn via_proxy<S: Shim>(
         taken.agent.native.clone(),
         taken.agent.headers.clone(),
         taken.agent.path_and_query.clone(),
-        exchange::summarize_text(&taken.openai),
+        &taken.openai,
         identity.clone(),
         taken.agent.encoded,
     );

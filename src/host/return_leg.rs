@@ -4,6 +4,7 @@
 //! sends it upstream through the chain, and streams the answer back as bare
 //! OpenAI frames (or one aggregated `chat.completion` for `stream: false`).
 
+use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -92,8 +93,11 @@ pub(super) async fn handle<S: Shim>(
             Ok(t) => t,
             Err(refused) => return refused,
         };
-        account(&host, &app, &rid, &taken);
-        forward(&host, &app, taken, received).await
+        // The accounting waits until the request is upstream: it is not
+        // on the way to the first token, and it is done before the answer
+        // goes back (so `/status` has it when the agent has the answer).
+        let forwarded = forward(&host, &app, &taken, received);
+        while_waiting(forwarded, || account(&host, &app, &rid, &taken)).await
     }
     .instrument(span)
     .await
@@ -174,14 +178,45 @@ async fn take<S: Shim>(
     })
 }
 
-/// Counts what the proxy did to the request (DESIGN §4).
+/// Polls `work`, and runs `side` once: the first time `work` waits (for
+/// the return leg, when its request is upstream and the answer not yet
+/// back), or when it is done if it never waited.
+async fn while_waiting<F: Future>(work: F, side: impl FnOnce()) -> F::Output {
+    let mut work = std::pin::pin!(work);
+    let mut side = Some(side);
+    let out = std::future::poll_fn(|cx| {
+        let polled = work.as_mut().poll(cx);
+        if polled.is_pending() {
+            if let Some(side) = side.take() {
+                side();
+            }
+        }
+        polled
+    })
+    .await;
+    if let Some(side) = side {
+        side();
+    }
+    out
+}
+
+/// Counts what the proxy did to the request (DESIGN §4): its body against
+/// the one the ingress sent (the ingress's copy while it is alive, else
+/// folded again from the native body).
 fn account<S: Shim>(host: &Host<S>, app: &App, rid: &str, t: &Taken<S>) {
     let stats = app.shim_stats(host.shim.name());
     if is_side_request_text(&t.openai) {
         stats.bump(Counter::SideRequests);
         return;
     }
-    let ex = exchange::compare(rid, &t.entry.sent, &exchange::summarize_text(&t.openai));
+    let before = match t.entry.sent.upgrade() {
+        Some(sent) => exchange::summarize_text(&sent),
+        None => match host.shim.fold(&t.entry.native) {
+            Ok(f) => exchange::summarize_text(&f.openai),
+            Err(_) => return,
+        },
+    };
+    let ex = exchange::compare(rid, &before, &exchange::summarize_text(&t.openai));
     if ex.changed {
         stats.bump(Counter::Compacted);
         if ex.content_shrank() {
@@ -198,7 +233,7 @@ fn account<S: Shim>(host: &Host<S>, app: &App, rid: &str, t: &Taken<S>) {
 async fn forward<S: Shim>(
     host: &Arc<Host<S>>,
     app: &Arc<App>,
-    t: Taken<S>,
+    t: &Taken<S>,
     received: std::time::Instant,
 ) -> Response<Body> {
     let name = host.shim.name();
@@ -305,6 +340,36 @@ async fn aggregate(resp: ChainResponse) -> Response<Body> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[tokio::test]
+    async fn the_side_work_runs_once_while_the_work_waits_else_after_it() {
+        use std::sync::Mutex;
+        let log = Mutex::new(Vec::new());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let work = async {
+            log.lock().unwrap().push("sent");
+            let _ = rx.await;
+            log.lock().unwrap().push("answered");
+        };
+        let answer = async {
+            tokio::task::yield_now().await;
+            log.lock().unwrap().push("upstream answers");
+            let _ = tx.send(());
+        };
+        let side = || log.lock().unwrap().push("accounted");
+        tokio::join!(while_waiting(work, side), answer);
+        assert_eq!(
+            *log.lock().unwrap(),
+            ["sent", "accounted", "upstream answers", "answered"]
+        );
+
+        let ready = Mutex::new(Vec::new());
+        while_waiting(async { ready.lock().unwrap().push("done") }, || {
+            ready.lock().unwrap().push("accounted")
+        })
+        .await;
+        assert_eq!(*ready.lock().unwrap(), ["done", "accounted"]);
+    }
 
     #[test]
     fn side_requests_are_unstreamed_or_tiny() {
