@@ -5,6 +5,12 @@
 //! the value is not a string or the key is absent). Nested members of the
 //! same name never count.
 //!
+//! And `json_scan::strict_member_spans` (the return leg's one walk over
+//! the proxy's body, which checks UTF-8 first) takes exactly the UTF-8
+//! objects `serde_json` reads, and
+//! finds in them the members `json_scan::member_spans` finds, one per
+//! member `serde_json` saw.
+//!
 //! Run (stable toolchain), from the repository root:
 //! `cargo fuzz run -s none json_top_level fuzz/corpus/json_top_level fuzz/seeds/json_top_level -- -dict=fuzz/dict/json_top_level.dict -max_total_time=60`
 
@@ -14,7 +20,7 @@
 use libfuzzer_sys::fuzz_target;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::Value;
-use shimgate_shim_api::json_scan::top_level_string;
+use shimgate_shim_api::json_scan::{member_spans, strict_member_spans, top_level_string};
 
 const KEY: &str = "session_id";
 
@@ -43,9 +49,18 @@ impl<'de> serde::Deserialize<'de> for Members {
 
 fuzz_target!(|data: &[u8]| {
     let got = top_level_string(data, KEY);
+    let strict = strict_member_spans(data);
+    let object = matches!(serde_json::from_slice::<Value>(data), Ok(Value::Object(_)));
+    if std::str::from_utf8(data).is_ok() {
+        assert_eq!(strict.is_ok(), object, "input {:?}", String::from_utf8_lossy(data));
+    }
     let Ok(Members(members)) = serde_json::from_slice::<Members>(data) else {
         return;
     };
+    if let Ok(Ok(spans)) = &strict {
+        assert_eq!(Ok(spans), member_spans(data).as_ref(), "input {:?}", String::from_utf8_lossy(data));
+        assert_eq!(spans.len(), members.len());
+    }
     let named: Vec<&Value> = members
         .iter()
         .filter(|(k, _)| k == KEY)

@@ -45,10 +45,22 @@ impl OpenAiBody {
     /// A body from outside (the proxy's), checked with the strict reading
     /// (which accepts exactly what `serde_json` accepts): `Err` with
     /// `serde_json`'s reason when it is not JSON, or a note when it is JSON
-    /// but not an object. Nothing is parsed.
+    /// but not an object. Nothing is parsed; the walk that checks an
+    /// object also finds its members (one walk, not two: a return leg
+    /// reads several).
     pub fn parse(text: impl Into<Bytes>) -> Result<OpenAiBody, ShimError> {
         let text = text.into();
-        let valid = std::str::from_utf8(&text).is_ok() && json_scan::is_valid(&text);
+        let utf8 = std::str::from_utf8(&text).is_ok();
+        if let Some(members) = utf8
+            .then(|| json_scan::strict_member_spans(&text).ok())
+            .flatten()
+        {
+            let body = OpenAiBody::written(text);
+            let _ = body.members.set(members);
+            return Ok(body);
+        }
+        // Not an object a strict walk accepts: which refusal it is.
+        let valid = utf8 && json_scan::is_valid(&text);
         let object = text
             .iter()
             .find(|b| !b.is_ascii_whitespace())
@@ -212,6 +224,44 @@ mod tests {
         assert_eq!(*body, parsed);
         let escaped = OpenAiBody::parse(&br#"{"str\u0065am":true}"#[..]).unwrap();
         assert_eq!(escaped.get("stream"), Some(json!(true)));
+    }
+
+    #[test]
+    fn the_checking_walk_finds_the_members_one_more_walk_would() {
+        let deep = |n: usize| format!("{{\"a\":{}1{}}}", "[".repeat(n), "]".repeat(n));
+        let mut corpus: Vec<String> = [
+            r#"{}"#,
+            r#"  { "a" : 1 , "b":[1,{"c":2}] }  "#,
+            r#"{"a":1,"a":2}"#,
+            r#"{"str\u0065am":true,"b":1}"#,
+            r#"{"a":1,}"#,
+            r#"{"a":1} x"#,
+            r#"{"a":1e400}"#,
+            r#"[{"a":1}]"#,
+            r#""text""#,
+            r#"{"a":"\ud800"}"#,
+        ]
+        .map(str::to_owned)
+        .into();
+        corpus.extend([deep(125), deep(126), deep(127), deep(200)]);
+        for text in corpus {
+            let t = text.as_bytes();
+            let object = t.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+            let valid = json_scan::is_valid(t) && object;
+            assert_eq!(
+                serde_json::from_str::<Value>(&text).is_ok() && object,
+                valid,
+                "{text}"
+            );
+            match OpenAiBody::parse(Bytes::copy_from_slice(t)) {
+                Ok(body) => {
+                    assert!(valid, "{text}");
+                    let walked = json_scan::member_spans(t);
+                    assert_eq!(body.members.get(), Some(&walked), "{text}");
+                }
+                Err(_) => assert!(!valid, "{text}"),
+            }
+        }
     }
 
     #[test]

@@ -195,6 +195,32 @@ pub fn member_spans(input: &[u8]) -> Result<Vec<MemberSpan>, Unsure> {
     Ok(spans)
 }
 
+/// [`member_spans`] of an object a strict cursor accepts whole (as
+/// [`is_valid`] does), found in the same walk that checks it: `Err` when
+/// the text is not such an object; the spans `Err(Unsure)` when a key
+/// holds an escape (as [`member_spans`] says then).
+pub fn strict_member_spans(input: &[u8]) -> Result<Result<Vec<MemberSpan>, Unsure>, Invalid> {
+    let mut c = Cursor::strict(input);
+    c.enter_object().ok_or(Invalid)?;
+    let mut first = true;
+    let mut spans = Vec::new();
+    let mut escaped = false;
+    while let Some(k) = c.next_key(&mut first).ok_or(Invalid)? {
+        escaped |= k.escaped;
+        c.peek();
+        let start = c.offset();
+        c.skip_value().ok_or(Invalid)?;
+        spans.push(MemberSpan {
+            key: k.start..k.end,
+            value: start..c.offset(),
+        });
+    }
+    if !c.at_end() {
+        return Err(Invalid);
+    }
+    Ok(if escaped { Err(Unsure) } else { Ok(spans) })
+}
+
 /// One member's place in its object's text ([`member_spans`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberSpan {
