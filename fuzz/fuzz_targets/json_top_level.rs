@@ -7,9 +7,8 @@
 //!
 //! And `json_scan::strict_member_spans` (the return leg's one walk over
 //! the proxy's body, which checks UTF-8 first) takes exactly the UTF-8
-//! objects `serde_json` reads, and
-//! finds in them the members `json_scan::member_spans` finds, one per
-//! member `serde_json` saw.
+//! objects `serde_json` reads, and finds in them the members
+//! `json_scan::member_spans` finds, one per member `serde_json` saw.
 //!
 //! Run (stable toolchain), from the repository root:
 //! `cargo fuzz run -s none json_top_level fuzz/corpus/json_top_level fuzz/seeds/json_top_level -- -dict=fuzz/dict/json_top_level.dict -max_total_time=60`

@@ -203,6 +203,28 @@ async fn a_repeated_return_leg_post_is_served_again_with_a_fresh_request_id() {
 }
 
 #[tokio::test]
+async fn a_return_leg_post_after_the_answer_is_still_accounted() {
+    let up = Upstream::always(answer("late", 10)).await;
+    let (gate, proxy) = with_proxy(&[&up], Options::default(), "").await;
+    let resp = send_ask(&gate, &ask(&[json!({"role": "user", "content": "hi"})])).await;
+    assert_eq!(read_answer(&resp.body).0, "late");
+    // The agent has its answer: the ingress, and its copy of what it sent
+    // the proxy, are gone. The return leg folds the native body again.
+    let path = proxy.paths.lock().unwrap()[0].clone();
+    let sent = proxy.received.lock().unwrap()[0].clone();
+    let late = client::post_json(&format!("{}{path}", gate.qoder), &sent).await;
+    assert_eq!(late.status, StatusCode::OK);
+    assert_eq!(read_answer(&late.body).0, "late");
+    let q = &gate.status().await["qoderShim"];
+    assert_eq!(q["forwarded"], 2);
+    let recent = q["recentExchanges"].as_array().unwrap();
+    assert_eq!(recent.len(), 2, "both posts are accounted: {q}");
+    assert_eq!(recent[0]["beforeCount"], recent[1]["beforeCount"]);
+    assert_eq!(recent[0]["beforeContent"], recent[1]["beforeContent"]);
+    assert_eq!(recent[0]["changed"], false);
+}
+
+#[tokio::test]
 async fn unknown_rid_is_410_gone() {
     let gate = Gate::start("").await;
     let resp = client::post_json(

@@ -120,6 +120,8 @@ pub struct TestProxy {
     pub requests: Arc<AtomicUsize>,
     /// Bodies received from the ingress (before compression).
     pub received: Arc<Mutex<Vec<Value>>>,
+    /// The path (and query) of each of them: the return leg's, rid included.
+    pub paths: Arc<Mutex<Vec<String>>>,
     /// The `Authorization` of every request received.
     pub authorizations: Arc<Mutex<Vec<String>>>,
     /// `Mode::Bili` sessions by key.
@@ -255,6 +257,7 @@ impl TestProxy {
             violations: Arc::default(),
             requests: Arc::default(),
             received: Arc::default(),
+            paths: Arc::default(),
             authorizations: Arc::default(),
             sessions: Arc::default(),
             errors: Arc::default(),
@@ -312,6 +315,7 @@ impl TestProxy {
         let body = req.into_body().collect().await.unwrap().to_bytes();
         let mut value: Value = serde_json::from_slice(&body).unwrap();
         self.received.lock().unwrap().push(value.clone());
+        self.paths.lock().unwrap().push(path.clone());
         let session = (options.mode == Mode::Bili).then(|| session_key(&headers, &value));
         match &session {
             Some(key) => {

@@ -177,22 +177,10 @@ pub fn member_spans(input: &[u8]) -> Result<Vec<MemberSpan>, Unsure> {
     if c.peek() != Some(b'{') {
         return Ok(Vec::new());
     }
-    c.enter_object().ok_or(Unsure)?;
-    let mut first = true;
-    let mut spans = Vec::new();
-    while let Some(k) = c.next_key(&mut first).ok_or(Unsure)? {
-        if k.escaped {
-            return Err(Unsure);
-        }
-        c.peek();
-        let start = c.offset();
-        c.skip_value().ok_or(Unsure)?;
-        spans.push(MemberSpan {
-            key: k.start..k.end,
-            value: start..c.offset(),
-        });
+    match walk_members(&mut c) {
+        Some((spans, false)) => Ok(spans),
+        _ => Err(Unsure),
     }
-    Ok(spans)
 }
 
 /// [`member_spans`] of an object a strict cursor accepts whole (as
@@ -201,24 +189,32 @@ pub fn member_spans(input: &[u8]) -> Result<Vec<MemberSpan>, Unsure> {
 /// holds an escape (as [`member_spans`] says then).
 pub fn strict_member_spans(input: &[u8]) -> Result<Result<Vec<MemberSpan>, Unsure>, Invalid> {
     let mut c = Cursor::strict(input);
-    c.enter_object().ok_or(Invalid)?;
+    let (spans, escaped) = walk_members(&mut c).ok_or(Invalid)?;
+    if !c.at_end() {
+        return Err(Invalid);
+    }
+    Ok(if escaped { Err(Unsure) } else { Ok(spans) })
+}
+
+/// The spans of the members of the object at `c`, and whether a key holds
+/// an escape, read as `c` reads (strictly or not); `None` where it refuses
+/// the text. `c` is left after the object.
+fn walk_members(c: &mut Cursor<'_>) -> Option<(Vec<MemberSpan>, bool)> {
+    c.enter_object()?;
     let mut first = true;
     let mut spans = Vec::new();
     let mut escaped = false;
-    while let Some(k) = c.next_key(&mut first).ok_or(Invalid)? {
+    while let Some(k) = c.next_key(&mut first)? {
         escaped |= k.escaped;
         c.peek();
         let start = c.offset();
-        c.skip_value().ok_or(Invalid)?;
+        c.skip_value()?;
         spans.push(MemberSpan {
             key: k.start..k.end,
             value: start..c.offset(),
         });
     }
-    if !c.at_end() {
-        return Err(Invalid);
-    }
-    Ok(if escaped { Err(Unsure) } else { Ok(spans) })
+    Some((spans, escaped))
 }
 
 /// One member's place in its object's text ([`member_spans`]).
