@@ -72,7 +72,10 @@ fn decode(stream: &[u8], cut: u8) -> Outcome {
         }
         assert_eq!(used, piece.len(), "a piece not taken whole before the end");
     }
-    Outcome { data, stop: Ok(None) }
+    Outcome {
+        data,
+        stop: Ok(None),
+    }
 }
 
 /// A chunked body of the pieces `spec` names, with extensions, trailers

@@ -51,13 +51,23 @@ fuzz_target!(|data: &[u8]| {
     let strict = strict_member_spans(data);
     let object = matches!(serde_json::from_slice::<Value>(data), Ok(Value::Object(_)));
     if std::str::from_utf8(data).is_ok() {
-        assert_eq!(strict.is_ok(), object, "input {:?}", String::from_utf8_lossy(data));
+        assert_eq!(
+            strict.is_ok(),
+            object,
+            "input {:?}",
+            String::from_utf8_lossy(data)
+        );
     }
     let Ok(Members(members)) = serde_json::from_slice::<Members>(data) else {
         return;
     };
     if let Ok(Ok(spans)) = &strict {
-        assert_eq!(Ok(spans), member_spans(data).as_ref(), "input {:?}", String::from_utf8_lossy(data));
+        assert_eq!(
+            Ok(spans),
+            member_spans(data).as_ref(),
+            "input {:?}",
+            String::from_utf8_lossy(data)
+        );
         assert_eq!(spans.len(), members.len());
     }
     let named: Vec<&Value> = members

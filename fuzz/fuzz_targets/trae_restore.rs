@@ -16,9 +16,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use shimgate_testkit::keys_reversed;
 use shimgate_shim_api::{OpenAiBody, Shim};
 use shimgate_shim_trae::{restore, TraeOriginal, TraeShim};
+use shimgate_testkit::keys_reversed;
 
 fn check(original: &TraeOriginal, proxy: &[u8]) {
     let TraeOriginal::Written { text, kept } = original else {

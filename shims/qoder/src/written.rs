@@ -17,7 +17,10 @@
 //! in the original's order, replacing what [`crate::ask::restore`]
 //! replaces; the proxy's `messages` and `tools` are copied when their text
 //! is what `serde_json` would write for them (else parsed and written), so
-//! that for a canonical original the bytes are the `Value` restore's.
+//! that for a canonical original the bytes are the `Value` restore's. The
+//! ask's `parameters` object is written the same way, member by member with
+//! the proxy's sampling fields in place, not parsed into a map (unless a
+//! key there is repeated or holds an escape).
 
 use std::ops::Range;
 
@@ -269,6 +272,122 @@ fn write_sampling(parameters: &[u8], out: &mut Vec<u8>) -> Option<()> {
     Some(())
 }
 
+/// The text of the `parameters` restore writes ([`rebuild_parameters`]'s
+/// map as `serde_json` writes it): written from the ask's object and the
+/// proxy's members when [`written_parameters`] is sure, else through the
+/// parsed map. `None` when the ask keeps what it had.
+fn parameters_text(original: &Written, openai: &OpenAiBody) -> Option<Vec<u8>> {
+    let raw = original
+        .get(b"parameters")
+        .filter(|raw| raw.first() == Some(&b'{'));
+    if let Some(text) = raw.and_then(|raw| written_parameters(raw, openai)) {
+        return Some(text);
+    }
+    let had: Option<Map<String, Value>> = raw.and_then(|raw| serde_json::from_slice(raw).ok());
+    let parameters = rebuild_parameters(had.as_ref(), |key| openai.get(key))?;
+    let mut out = Vec::new();
+    put_map(&mut out, &parameters);
+    Some(out)
+}
+
+/// The ask's `parameters` object `had` with its sampling fields taken from
+/// the proxy's body, written without parsing the object: each member in
+/// its place, a sampling field the body no longer has left out, new ones
+/// after it in [`SAMPLING_KEYS`] order, values as `serde_json` writes them
+/// (their text when it already is that, else parsed and written), and
+/// `enable_thinking` set as [`rebuild_parameters`] sets it. `None` where
+/// the parsed map could differ: a key with an escape or repeated (the map
+/// keeps the first place and the last value), a value that does not parse
+/// (the map then does not exist), a body parsed whole or with an escaped
+/// key.
+fn written_parameters(had: &[u8], openai: &OpenAiBody) -> Option<Vec<u8>> {
+    if openai.parsed().is_some() {
+        return None;
+    }
+    let spans = json_scan::member_spans(had).ok()?;
+    let key = |s: &json_scan::MemberSpan| had.get(s.key.clone()).unwrap_or_default();
+    let value = |s: &json_scan::MemberSpan| had.get(s.value.clone()).unwrap_or_default();
+    let find = |k: &[u8]| spans.iter().find(|s| key(s) == k).map(value);
+    if spans
+        .iter()
+        .enumerate()
+        .any(|(i, s)| spans.iter().take(i).any(|t| key(t) == key(s)))
+    {
+        return None;
+    }
+    let mut sampled: [Option<&[u8]>; SAMPLING_KEYS.len()] = [None; SAMPLING_KEYS.len()];
+    for (slot, k) in sampled.iter_mut().zip(SAMPLING_KEYS) {
+        *slot = openai.member(k).ok()?.filter(|v| *v != b"null");
+    }
+    let slot_of = |k: &[u8]| SAMPLING_KEYS.iter().position(|s| s.as_bytes() == k);
+    let thinking = match find(b"enable_thinking") {
+        Some(_) => thinking_after(
+            find(b"reasoning_effort"),
+            sampled[slot_of(b"reasoning_effort")?],
+        )?,
+        None => None,
+    };
+    let mut out = Vec::with_capacity(had.len() + 32);
+    out.push(b'{');
+    let put = |out: &mut Vec<u8>, k: &[u8], v: &[u8]| {
+        if out.len() > 1 {
+            out.push(b',');
+        }
+        put_key(out, k);
+        put_as_serde_writes(out, v)
+    };
+    for s in &spans {
+        let k = key(s);
+        let v = match slot_of(k) {
+            Some(slot) => sampled[slot],
+            None if k == b"enable_thinking" => thinking.or(Some(value(s))),
+            None => Some(value(s)),
+        };
+        if let Some(v) = v {
+            put(&mut out, k, v)?;
+        }
+    }
+    for (k, v) in SAMPLING_KEYS.iter().zip(sampled) {
+        if let (None, Some(v)) = (find(k.as_bytes()), v) {
+            put(&mut out, k.as_bytes(), v)?;
+        }
+    }
+    out.push(b'}');
+    Some(out)
+}
+
+/// What [`rebuild_parameters`] sets `enable_thinking` to when the effort
+/// goes from `old` to `new` (raw values): `Some(None)` to keep it, `None`
+/// when a value does not parse.
+fn thinking_after(old: Option<&[u8]>, new: Option<&[u8]>) -> Option<Option<&'static [u8]>> {
+    let parse = |raw: Option<&[u8]>| match raw {
+        Some(raw) => serde_json::from_slice::<Value>(raw).ok().map(Some),
+        None => Some(None),
+    };
+    let (old, new) = (parse(old)?, parse(new)?);
+    if old == new {
+        return Some(None);
+    }
+    Some(new.as_ref().and_then(Value::as_str).map(|effort| {
+        if effort != "none" {
+            &b"true"[..]
+        } else {
+            &b"false"[..]
+        }
+    }))
+}
+
+/// `raw` (one value a strict reading accepted) as `serde_json` writes the
+/// value it holds; `None` when it does not parse.
+fn put_as_serde_writes(out: &mut Vec<u8>, raw: &[u8]) -> Option<()> {
+    if json_scan::is_canonical(raw) {
+        out.extend_from_slice(raw);
+    } else {
+        put_value(out, &serde_json::from_slice(raw).ok()?);
+    }
+    Some(())
+}
+
 /// A top-level member of the proxy's body: its text, or (when a key of
 /// the body holds an escape) its parsed value.
 enum Member<'a> {
@@ -344,11 +463,7 @@ pub(crate) fn restore(
     } else {
         None
     };
-    let had: Option<Map<String, Value>> = match original.get(b"parameters") {
-        Some(raw) if raw.first() == Some(&b'{') => serde_json::from_slice(raw).ok(),
-        _ => None,
-    };
-    let parameters = rebuild_parameters(had.as_ref(), |key| openai.get(key));
+    let parameters = parameters_text(original, openai);
 
     let text = &original.text;
     let mut out = Vec::with_capacity(text.len() + openai.as_bytes().len() / 2 + 128);
@@ -370,7 +485,7 @@ pub(crate) fn restore(
             (b"system", Some(system), _) => put_str(&mut out, system),
             (b"messages", ..) => messages.write(&mut out)?,
             (b"tools", ..) => write_tools(&mut out)?,
-            (b"parameters", _, Some(p)) => put_map(&mut out, p),
+            (b"parameters", _, Some(p)) => out.extend_from_slice(p),
             (b"chat_record_id", ..) if original.record_follows => put_str(&mut out, new_id),
             (b"request_id", ..) => put_str(&mut out, new_id),
             _ => out.extend_from_slice(text.get(value.clone()).unwrap_or(b"null")),
@@ -392,7 +507,7 @@ pub(crate) fn restore(
     }
     if let (false, Some(p)) = (original.has(b"parameters"), &parameters) {
         append(&mut out, b"parameters");
-        put_map(&mut out, p);
+        out.extend_from_slice(p);
     }
     if !original.has(b"request_id") {
         append(&mut out, b"request_id");
