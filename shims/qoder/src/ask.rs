@@ -446,15 +446,23 @@ pub(crate) fn rebuild_parameters(
             }
         }
     }
-    // qoder's own rule, applied only when the effort really changed: an
-    // always-thinking model refuses `enable_thinking: false`.
-    let new_effort = parameters.get("reasoning_effort").cloned();
-    if new_effort != old_effort && parameters.contains_key("enable_thinking") {
-        if let Some(effort) = new_effort.as_ref().and_then(Value::as_str) {
-            parameters.insert("enable_thinking".into(), (effort != "none").into());
+    if parameters.contains_key("enable_thinking") {
+        if let Some(on) = thinking_after(old_effort.as_ref(), parameters.get("reasoning_effort")) {
+            parameters.insert("enable_thinking".into(), on.into());
         }
     }
     (had_parameters || !parameters.is_empty()).then_some(parameters)
+}
+
+/// What an ask that has `enable_thinking` sets it to when its
+/// `reasoning_effort` goes from `old` to `new`: qoder's own rule, applied
+/// only when the effort really changed (an always-thinking model refuses
+/// `enable_thinking: false`) and is a string; `None` keeps it.
+pub(crate) fn thinking_after(old: Option<&Value>, new: Option<&Value>) -> Option<bool> {
+    if old == new {
+        return None;
+    }
+    new.and_then(Value::as_str).map(|effort| effort != "none")
 }
 
 /// The ask with a fresh `request_id` (and `chat_record_id` where it

@@ -29,7 +29,8 @@ use shimgate_shim_api::json_scan::{self, Cursor};
 use shimgate_shim_api::{OpenAiBody, ShimError};
 
 use crate::ask::{
-    config_key, leading_system_text, rebuild_parameters, DEFAULT_MODEL, SAMPLING_KEYS,
+    config_key, leading_system_text, rebuild_parameters, thinking_after, DEFAULT_MODEL,
+    SAMPLING_KEYS,
 };
 
 /// What the written fold keeps of the ask for restore and the accessors.
@@ -321,7 +322,7 @@ fn written_parameters(had: &[u8], openai: &OpenAiBody) -> Option<Vec<u8>> {
     }
     let slot_of = |k: &[u8]| SAMPLING_KEYS.iter().position(|s| s.as_bytes() == k);
     let thinking = match find(b"enable_thinking") {
-        Some(_) => thinking_after(
+        Some(_) => thinking_of_raw(
             find(b"reasoning_effort"),
             sampled[slot_of(b"reasoning_effort")?],
         )?,
@@ -334,7 +335,7 @@ fn written_parameters(had: &[u8], openai: &OpenAiBody) -> Option<Vec<u8>> {
             out.push(b',');
         }
         put_key(out, k);
-        put_as_serde_writes(out, v)
+        put_as_serde_writes(out, v).ok()
     };
     for s in &spans {
         let k = key(s);
@@ -356,20 +357,17 @@ fn written_parameters(had: &[u8], openai: &OpenAiBody) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// What [`rebuild_parameters`] sets `enable_thinking` to when the effort
-/// goes from `old` to `new` (raw values): `Some(None)` to keep it, `None`
-/// when a value does not parse.
-fn thinking_after(old: Option<&[u8]>, new: Option<&[u8]>) -> Option<Option<&'static [u8]>> {
+/// [`thinking_after`] of raw efforts, as the text `enable_thinking` is
+/// written with: `Some(None)` to keep it, `None` when a value does not
+/// parse.
+fn thinking_of_raw(old: Option<&[u8]>, new: Option<&[u8]>) -> Option<Option<&'static [u8]>> {
     let parse = |raw: Option<&[u8]>| match raw {
         Some(raw) => serde_json::from_slice::<Value>(raw).ok().map(Some),
         None => Some(None),
     };
     let (old, new) = (parse(old)?, parse(new)?);
-    if old == new {
-        return Some(None);
-    }
-    Some(new.as_ref().and_then(Value::as_str).map(|effort| {
-        if effort != "none" {
+    Some(thinking_after(old.as_ref(), new.as_ref()).map(|on| {
+        if on {
             &b"true"[..]
         } else {
             &b"false"[..]
@@ -378,14 +376,15 @@ fn thinking_after(old: Option<&[u8]>, new: Option<&[u8]>) -> Option<Option<&'sta
 }
 
 /// `raw` (one value a strict reading accepted) as `serde_json` writes the
-/// value it holds; `None` when it does not parse.
-fn put_as_serde_writes(out: &mut Vec<u8>, raw: &[u8]) -> Option<()> {
+/// value it holds: the text itself when it is already that (the usual
+/// case), else parsed and written; `Err` when it does not parse.
+fn put_as_serde_writes(out: &mut Vec<u8>, raw: &[u8]) -> Result<(), serde_json::Error> {
     if json_scan::is_canonical(raw) {
         out.extend_from_slice(raw);
     } else {
-        put_value(out, &serde_json::from_slice(raw).ok()?);
+        put_value(out, &serde_json::from_slice(raw)?);
     }
-    Some(())
+    Ok(())
 }
 
 /// A top-level member of the proxy's body: its text, or (when a key of
@@ -410,19 +409,16 @@ impl<'a> Member<'a> {
         }
     }
 
-    /// Written as `serde_json` writes its value: the text itself when it
-    /// is already that (the usual case), else parsed and written.
+    /// Written as `serde_json` writes its value ([`put_as_serde_writes`]).
     fn write(&self, out: &mut Vec<u8>) -> Result<(), ShimError> {
         match self {
-            Member::Raw(raw) if json_scan::is_canonical(raw) => out.extend_from_slice(raw),
-            Member::Raw(raw) => {
-                let value: Value = serde_json::from_slice(raw)
-                    .map_err(|e| ShimError::new(format!("compressed body is not JSON: {e}")))?;
-                put_value(out, &value);
+            Member::Raw(raw) => put_as_serde_writes(out, raw)
+                .map_err(|e| ShimError::new(format!("compressed body is not JSON: {e}"))),
+            Member::Parsed(v) => {
+                put_value(out, v);
+                Ok(())
             }
-            Member::Parsed(v) => put_value(out, v),
         }
-        Ok(())
     }
 
     /// The text of the leading system message (see
