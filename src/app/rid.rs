@@ -46,8 +46,9 @@ pub struct RidEntry {
     pub original: Weak<dyn Any + Send + Sync>,
     /// The native body exactly as the agent sent it.
     pub native: Bytes,
-    /// The agent's request headers (sent upstream with the restored body).
-    pub headers: HeaderMap,
+    /// The agent's request headers (sent upstream with the restored body),
+    /// shared with the ingress (and, when a call fails, its scrubbing).
+    pub headers: Arc<HeaderMap>,
     /// The agent's request path and query.
     pub path_and_query: String,
     /// The body the ingress sent to the proxy (for accounting), while the
@@ -79,7 +80,7 @@ impl RidEntry {
         shim: &'static str,
         original: &Arc<dyn Any + Send + Sync>,
         native: Bytes,
-        headers: HeaderMap,
+        headers: Arc<HeaderMap>,
         path_and_query: String,
         sent: &Arc<OpenAiBody>,
         identity: String,
@@ -271,7 +272,7 @@ mod tests {
             "trae",
             &original,
             Bytes::from(vec![b' '; bytes]),
-            HeaderMap::new(),
+            Arc::default(),
             "/".into(),
             &Arc::new(OpenAiBody::of_value(&serde_json::json!({}))),
             format!("id-{}", rid.len() % 2),

@@ -104,6 +104,7 @@ pub fn serve(path: Option<&Path>) -> ExitCode {
         }
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.client.workers)
         .enable_all()
         .build()
     {

@@ -96,6 +96,7 @@ pub struct RawLimits {
     pub header_read_timeout_ms: Option<u64>,
     pub client_idle_timeout_ms: Option<u64>,
     pub max_connections: Option<u32>,
+    pub workers: Option<u32>,
 }
 
 /// `[shims.NAME]`.

@@ -274,6 +274,21 @@ fn client_limits_have_sane_defaults_and_refuse_zero() {
 }
 
 #[test]
+fn one_worker_by_default_and_a_bounded_number_when_asked() {
+    assert_eq!(Config::default().client.workers, 1);
+    let c = Config::from_toml("[limits]\nworkers = 4\n").unwrap();
+    assert_eq!(c.client.workers, 4);
+    assert_eq!(
+        err("[limits]\nworkers = 0\n"),
+        "limits.workers: must be 1 to 64, got 0"
+    );
+    assert_eq!(
+        err("[limits]\nworkers = 65\n"),
+        "limits.workers: must be 1 to 64, got 65"
+    );
+}
+
+#[test]
 fn the_learning_keys_load_with_their_defaults_and_values() {
     let d = Config::from_toml("").unwrap();
     assert_eq!(d.retry.budget_ratio, 0.2);

@@ -142,7 +142,7 @@ pub(super) async fn handle<S: Shim>(
             native,
             encoded: encoded.is_some(),
             path_and_query,
-            headers: parts.headers,
+            headers: Arc::new(parts.headers),
             received,
             conversation,
         };
@@ -154,7 +154,7 @@ pub(super) async fn handle<S: Shim>(
                 // long (hyper then reads into a second one).
                 let agent = Agent {
                     native: Bytes::copy_from_slice(&agent.native),
-                    headers: headers::owned(&agent.headers),
+                    headers: Arc::new(headers::owned(&agent.headers)),
                     ..agent
                 };
                 let taken = Intercepted {
@@ -396,7 +396,7 @@ async fn direct<S: Shim>(
 ) -> Response<Body> {
     let name = host.shim.name();
     let housekeeping = is_housekeeping(&agent.native);
-    let secrets = Secrets::of(&agent.headers);
+    let secrets = Secrets::of(agent.headers.clone());
     let outbound = host.upstream.outbound(
         config,
         agent.native,
@@ -440,7 +440,8 @@ struct Agent {
     /// It came in a transport encoding: the codec encodes it again.
     encoded: bool,
     path_and_query: String,
-    headers: HeaderMap,
+    /// Shared with the rid entry and the call's [`Secrets`].
+    headers: Arc<HeaderMap>,
     received: std::time::Instant,
     /// Its conversation id ([`super::conversation_of`]).
     conversation: String,

@@ -24,7 +24,7 @@ pub async fn forward_raw(
 ) -> Response<Body> {
     let config = app.config();
     let housekeeping = is_housekeeping(&body);
-    let secrets = headers::Secrets::of(&parts.headers);
+    let agent = Arc::new(parts.headers);
     let idempotent = !matches!(parts.method, http::Method::POST | http::Method::PATCH);
     let outbound = Arc::new(FixedOutbound {
         method: parts.method,
@@ -32,12 +32,12 @@ pub async fn forward_raw(
             .uri
             .path_and_query()
             .map_or_else(|| "/".to_string(), |p| p.as_str().to_string()),
-        headers: headers::for_upstream(&parts.headers),
+        headers: headers::for_upstream(&agent),
         body,
     });
     let mut spec = CallSpec::new(&config, shim, kind, outbound, received);
     spec.housekeeping = housekeeping;
-    spec.secrets = secrets;
+    spec.secrets = headers::Secrets::of(agent);
     spec.passthrough = true;
     spec.idempotent = idempotent;
     let resp = chain::call(&app.chain_ctx(), spec).await;

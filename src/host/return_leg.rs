@@ -266,7 +266,7 @@ async fn forward<S: Shim>(
     let request = Arc::new(t.openai.answer_shape());
     let (h, shape) = (host.clone(), request.clone());
     let factory: TranslatorFactory = Arc::new(move || Box::new(h.shim.return_leg(&shape)));
-    let secrets = Secrets::of(&entry.headers);
+    let secrets = Secrets::of(entry.headers.clone());
     let mut spec = CallSpec::new(config, name, "return", outbound, received);
     spec.translator = Some(factory);
     spec.error_codes = Some(host.error_codes());

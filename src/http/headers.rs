@@ -1,6 +1,8 @@
 //! Header hygiene shared by every forwarding path: hop-by-hop headers never
 //! cross a proxy, and only header *names* are ever shown.
 
+use std::sync::{Arc, OnceLock};
+
 use http::header::{self, HeaderMap, HeaderName};
 
 const HOP_BY_HOP: [&str; 8] = [
@@ -114,51 +116,79 @@ pub fn redact(text: &str) -> String {
 /// masking it would garble ordinary words in a reason.
 const MIN_SECRET_LEN: usize = 8;
 
+/// The credential values of `headers`: `Authorization` (whole and its
+/// token part), every cookie value, and any header whose name says token,
+/// key, secret, auth or password; longest first.
+fn values_of(headers: &HeaderMap) -> Vec<String> {
+    let mut values = Vec::new();
+    for (name, value) in headers {
+        // The name first: most headers are not credentials, and their
+        // values need no reading.
+        let n = name.as_str();
+        let cookie = n == "cookie";
+        let named = ["token", "key", "secret", "auth", "password"]
+            .iter()
+            .any(|w| n.contains(w));
+        if !cookie && (!named || n.ends_with("model-key")) {
+            continue;
+        }
+        let Ok(v) = value.to_str() else { continue };
+        let v = v.trim();
+        if cookie {
+            for pair in v.split(';') {
+                if let Some((_, val)) = pair.split_once('=') {
+                    values.push(val.trim().to_owned());
+                }
+            }
+            continue;
+        }
+        values.push(v.to_owned());
+        if let Some((_, token)) = v.split_once(' ') {
+            values.push(token.trim().to_owned());
+        }
+    }
+    values.retain(|v| v.len() >= MIN_SECRET_LEN);
+    // Longest first, so a token inside a longer value is masked whole.
+    values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+    values.dedup();
+    values
+}
+
 /// The exact credential values a request carried, to be masked wherever
 /// text from upstream (an error body that echoes the agent's token or
 /// cookie) is shown, logged or handed to the proxy.
-#[derive(Debug, Clone, Default)]
+///
+/// Read from the headers the first time a text is scrubbed, not when the
+/// call starts: only a failure has text to scrub, and the read (every
+/// header name, the cookie pairs) was on every request's way upstream.
+/// Clones share the one reading. `Debug` shows how many values, never
+/// them.
+#[derive(Clone, Default)]
 pub struct Secrets {
-    values: Vec<String>,
+    /// The request's headers (none: nothing to mask).
+    headers: Option<Arc<HeaderMap>>,
+    values: Arc<OnceLock<Vec<String>>>,
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let read = self.values.get().map(Vec::len);
+        f.debug_struct("Secrets").field("values", &read).finish()
+    }
 }
 
 impl Secrets {
-    /// The credential values of `headers`: `Authorization` (whole and its
-    /// token part), every cookie value, and any header whose name says
-    /// token, key, secret, auth or password.
-    pub fn of(headers: &HeaderMap) -> Secrets {
-        let mut values = Vec::new();
-        for (name, value) in headers {
-            // The name first: most headers are not credentials, and their
-            // values need no reading.
-            let n = name.as_str();
-            let cookie = n == "cookie";
-            let named = ["token", "key", "secret", "auth", "password"]
-                .iter()
-                .any(|w| n.contains(w));
-            if !cookie && (!named || n.ends_with("model-key")) {
-                continue;
-            }
-            let Ok(v) = value.to_str() else { continue };
-            let v = v.trim();
-            if cookie {
-                for pair in v.split(';') {
-                    if let Some((_, val)) = pair.split_once('=') {
-                        values.push(val.trim().to_owned());
-                    }
-                }
-                continue;
-            }
-            values.push(v.to_owned());
-            if let Some((_, token)) = v.split_once(' ') {
-                values.push(token.trim().to_owned());
-            }
+    /// The credential values of `headers` (read when first needed).
+    pub fn of(headers: Arc<HeaderMap>) -> Secrets {
+        Secrets {
+            headers: Some(headers),
+            values: Arc::default(),
         }
-        values.retain(|v| v.len() >= MIN_SECRET_LEN);
-        // Longest first, so a token inside a longer value is masked whole.
-        values.sort_by_key(|v| std::cmp::Reverse(v.len()));
-        values.dedup();
-        Secrets { values }
+    }
+
+    fn values(&self) -> &[String] {
+        self.values
+            .get_or_init(|| self.headers.as_deref().map(values_of).unwrap_or_default())
     }
 
     /// `failure` with its reason scrubbed ([`Secrets::scrub`]).
@@ -166,7 +196,7 @@ impl Secrets {
         &self,
         mut failure: shimgate_shim_api::Failure,
     ) -> shimgate_shim_api::Failure {
-        if !self.values.is_empty() {
+        if !self.values().is_empty() {
             failure.message = self.scrub(&failure.message);
         }
         failure
@@ -176,7 +206,7 @@ impl Secrets {
     /// token shapes masked too ([`redact`]).
     pub fn scrub(&self, text: &str) -> String {
         let mut out = text.to_owned();
-        for v in &self.values {
+        for v in self.values() {
             if out.contains(v.as_str()) {
                 out = out.replace(v.as_str(), "***");
             }
@@ -200,10 +230,19 @@ mod tests {
             HeaderValue::from_static("Cloud-IDE-JWT jwt.value.here"),
         );
         h.insert("x-model-key", HeaderValue::from_static("qfmodel-long"));
-        let s = Secrets::of(&h);
+        let s = Secrets::of(Arc::new(h));
+        assert_eq!(format!("{s:?}"), "Secrets { values: None }", "not read yet");
+        let copy = s.clone();
         assert_eq!(
             s.scrub("invalid token tok-abcdef123, cookie sid=cookievalue42, jwt jwt.value.here, model qfmodel-long"),
             "invalid token ***, cookie sid=***, jwt ***, model qfmodel-long"
+        );
+        // Read once, for every clone; shown as a count, never the values.
+        assert_eq!(format!("{copy:?}"), "Secrets { values: Some(4) }");
+        assert_eq!(copy.scrub("tok-abcdef123"), "***");
+        assert_eq!(
+            Secrets::default().scrub("plain words stay"),
+            "plain words stay"
         );
     }
 
