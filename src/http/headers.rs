@@ -51,8 +51,6 @@ pub fn for_upstream(client: &HeaderMap) -> HeaderMap {
     h
 }
 
-/// Whether a head says `text/event-stream` (parameters and leading
-/// space allowed): the one test of "is this an SSE answer".
 /// `headers` with each value in bytes of its own: hyper's parsed values
 /// are slices of the connection's read buffer, and a map kept for long
 /// (for a stream's life, or under a rid) would pin the whole buffer. A
@@ -68,6 +66,8 @@ pub fn owned(headers: &HeaderMap) -> HeaderMap {
     out
 }
 
+/// Whether a head says `text/event-stream` (parameters and leading
+/// space allowed): the one test of "is this an SSE answer".
 pub fn is_event_stream(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
