@@ -71,12 +71,14 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// `[limits] workers` by default: one thread runs every connection. A
 /// request's way through shimgate is a few hundred microseconds of work
 /// that hands itself from the agent's connection to the proxy's and back;
-/// a second worker thread only adds wake-ups of it and cross-core hand-offs
-/// (measured: `benches/README.md`, "2026-12-02 (16:00 UTC)").
+/// for one user's few streams a second worker thread mostly adds wake-ups
+/// and cross-core hand-offs (measured: `benches/README.md`, "2026-12-02
+/// (16:00 UTC)").
 pub const DEFAULT_WORKERS: usize = 1;
 
 /// The most `[limits] workers` takes.
 pub const MAX_WORKERS: usize = 64;
+
 /// The admin token's file name in the state dir (`[admin] token_file`
 /// unset).
 pub const DEFAULT_ADMIN_TOKEN_FILE: &str = "admin.token";
