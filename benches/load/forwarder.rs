@@ -31,9 +31,8 @@ const HOP_BY_HOP: [&str; 8] = [
 
 /// `load --forwarder URL`: serves a forwarder in this process until killed,
 /// on a runtime shaped like shimgate's by default (`[limits] workers`: one
-/// worker thread). On this 2-core machine a second worker made both
-/// slower (`benches/README.md`, "2026-12-02 (16:00 UTC)"), so the yardstick
-/// gets the same shape as what it measures.
+/// worker thread; `benches/README.md`, "2026-12-02 (16:00 UTC)"), so that
+/// shimgate gains nothing on the ratio from a setting the yardstick lacks.
 pub fn serve_forever(upstream: String) -> ! {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(shimgate::config::DEFAULT_WORKERS)
