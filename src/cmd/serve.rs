@@ -103,11 +103,7 @@ pub fn serve(path: Option<&Path>) -> ExitCode {
             info!("no config file: built-in defaults (both shims on their default ports, direct mode)");
         }
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(config.client.workers)
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime(config.client.workers) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("shimgate: cannot start the runtime: {e}");
@@ -131,6 +127,31 @@ pub fn serve(path: Option<&Path>) -> ExitCode {
     });
     ExitCode::SUCCESS
 }
+
+/// The runtime `serve` runs on, with `workers` threads (`[limits]
+/// workers`). One worker is tokio's current-thread scheduler: everything
+/// (the accept loops, every connection, the timers) on the thread that
+/// calls `block_on`, without the work-stealing scheduler's bookkeeping
+/// (its queue tuning, its parking); more are the multi-threaded one. With
+/// one thread either way, the current-thread scheduler costs 3–8 % fewer
+/// instructions a call, shimgate's and a bare forwarder's alike
+/// (`benches/README.md`, "2026-12-02 (20:40 UTC)"). The load tool's bare
+/// forwarder runs on the same, so the yardstick keeps shimgate's shape.
+pub fn runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = if workers <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(workers);
+        b
+    };
+    // The workers, and the pool that writes the route state file, under
+    // one name a user finds in `top -H` (15 bytes: Linux keeps no more).
+    builder.thread_name(WORKER_THREAD_NAME).enable_all().build()
+}
+
+/// What the runtime's threads are called.
+pub const WORKER_THREAD_NAME: &str = "shimgate-worker";
 
 /// The signals `serve` reacts to: TERM and INT stop, HUP reloads.
 struct Stop {

@@ -68,11 +68,12 @@ pub const DEFAULT_CLIENT_IDLE_TIMEOUT_MS: u64 = 120_000;
 /// `503` at once (1,024: an agent opens a handful).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
-/// `[limits] workers` by default: one thread runs every connection. A
-/// request's way through shimgate is a few hundred microseconds of work
-/// that hands itself from the agent's connection to the proxy's and back;
-/// for one user's few streams a second worker thread mostly adds wake-ups
-/// and cross-core hand-offs (measured: `benches/README.md`, "2026-12-02
+/// `[limits] workers` by default: one thread runs every connection, on
+/// tokio's current-thread scheduler (`cmd::serve::runtime`). A request's
+/// way through shimgate is a few hundred microseconds of work that hands
+/// itself from the agent's connection to the proxy's and back; for one
+/// user's few streams a second worker thread mostly adds wake-ups and
+/// cross-core hand-offs (measured: `benches/README.md`, "2026-12-02
 /// (16:00 UTC)").
 pub const DEFAULT_WORKERS: usize = 1;
 

@@ -1,7 +1,8 @@
 //! The real binary's life as a user sees it: it names the config it loaded,
-//! bounds what a client connection may take (a head within the header-read
-//! timeout, idle connections closed, a cap on open connections), and stops
-//! at once on SIGTERM when nothing is streaming.
+//! runs on the threads `[limits] workers` asks for, bounds what a client
+//! connection may take (a head within the header-read timeout, idle
+//! connections closed, a cap on open connections), and stops at once on
+//! SIGTERM when nothing is streaming.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -43,6 +44,61 @@ async fn serve_names_the_config_it_loaded_in_status() {
         .json();
     let path = std::fs::canonicalize(&config).unwrap();
     assert_eq!(status["config"]["path"], path.display().to_string());
+}
+
+/// The threads of process `pid` named `name`.
+fn threads_named(pid: u32, name: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks
+                .filter_map(Result::ok)
+                .filter(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .is_ok_and(|comm| comm.trim_end() == name)
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// A streamed TRAE answer through `served` in direct mode from a scripted
+/// SOLO upstream: the text the agent read.
+async fn streamed_answer(served: &Served) -> String {
+    use crate::support::trae;
+    let resp = crate::support::client::send(
+        http::Method::POST,
+        &format!("{}{}", served.trae, trae::PATH),
+        &[("content-type", "application/json")],
+        serde_json::to_vec(&trae::body(&[trae::text("user", "hi")])).unwrap(),
+    )
+    .await;
+    assert_eq!(resp.status, http::StatusCode::OK, "{}", resp.text());
+    shimgate_testkit::trae::digest(&resp.body).text
+}
+
+#[tokio::test]
+async fn one_worker_serves_on_the_main_thread_and_more_workers_on_a_pool() {
+    use crate::support::trae;
+    use crate::support::upstream::Upstream;
+    let up = Upstream::always(trae::reply(&trae::answer("pieces in order", None, 10))).await;
+    let route = format!(
+        "[[shims.trae.routes]]\nname = \"r\"\nurl = \"{}\"\n",
+        up.url()
+    );
+    // Counted before any request: a blocking task (the route state file's
+    // writer) would start a pool thread of the same name later.
+    // The default: tokio's current-thread scheduler, no thread of its own.
+    let (served, _, _dir) = serve(&route);
+    assert_eq!(
+        threads_named(served.child.id(), shimgate::cmd::serve::WORKER_THREAD_NAME),
+        0
+    );
+    assert_eq!(streamed_answer(&served).await, "pieces in order");
+    drop(served);
+    // Three workers: the multi-threaded scheduler, answering the same.
+    let (served, _, _dir) = serve(&format!("[limits]\nworkers = 3\n{route}"));
+    assert!(threads_named(served.child.id(), shimgate::cmd::serve::WORKER_THREAD_NAME) >= 3);
+    assert_eq!(streamed_answer(&served).await, "pieces in order");
 }
 
 #[test]
