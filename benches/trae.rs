@@ -1174,6 +1174,19 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("naive_value", |b| b.iter(|| naive_fold(black_box(&body))));
     g.finish();
+    // Direct mode's read of the request: what its answer's translators
+    // need. It runs while the request is upstream, so this is time the
+    // first token no longer waits for (it did before the send, until
+    // 2026-12-02); the fold, what the proxy path must do first, beside it.
+    let mut g = c.benchmark_group("trae_shape");
+    g.throughput(Throughput::Bytes(body.len() as u64));
+    g.bench_function("shim", |b| {
+        b.iter(|| TraeShim.shape(black_box(&body)).unwrap())
+    });
+    g.bench_function("fold", |b| {
+        b.iter(|| TraeShim.fold(black_box(&body)).unwrap())
+    });
+    g.finish();
     // Each case starts from the proxy's bytes, as the return leg does: the
     // shim checks them strictly and reads members (`restore_reads_whole`
     // is false for a written original), the others parse them whole; on

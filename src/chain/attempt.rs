@@ -238,17 +238,20 @@ pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCo
         .first_byte(spec.shim)
         .observe(sent_at.elapsed());
     let (parts, body) = resp.into_parts();
+    let translator = spec.translator.as_ref().map(|make| make());
+    // A request its caller could not read is a pass-through from here on.
+    let unread = matches!(translator, Some(None));
     // A pass-through request gets whatever came back, any status; 3xx is
     // never a failure.
-    let judged = !spec.passthrough && !parts.status.is_redirection();
+    let judged = !spec.passthrough && !unread && !parts.status.is_redirection();
     let codes = spec.error_codes.as_deref();
     if judged && !parts.status.is_success() {
         return error_answer(parts, body, timeouts.idle, codes).await;
     }
     let is_sse = headers::is_event_stream(&parts.headers);
-    match &spec.translator {
-        Some(factory) if is_sse => {
-            hold_until_content(factory(), body, timeouts.idle, sent_at).await
+    match translator.flatten() {
+        Some(translator) if is_sse => {
+            hold_until_content(translator, body, timeouts.idle, sent_at).await
         }
         // An event stream was asked for: a 2xx without one (a maintenance
         // page, a JSON error) is a failure, not an answer.

@@ -58,8 +58,11 @@ use crate::http::headers::Secrets;
 use decide::{Decision, Event, Next, Now, Progress, Rules, Stop};
 use state::{AttemptEntry, CallRecord, ChainState, Observed, Outcome, RouteReport, Skipped};
 
-/// Makes a fresh translator for each attempt.
-pub type TranslatorFactory = Arc<dyn Fn() -> Box<dyn StreamTranslator> + Send + Sync>;
+/// Makes a fresh translator for each attempt, once its answer head is here.
+/// `None`: the caller could not read its request after all (direct mode
+/// reads it while the request is upstream), so the answer passes as it
+/// came, whatever its status: a pass-through from then on.
+pub type TranslatorFactory = Arc<dyn Fn() -> Option<Box<dyn StreamTranslator>> + Send + Sync>;
 
 /// The shim's own reading of an upstream error answer (its business codes,
 /// [`shimgate_shim_api::Shim::http_error`]): status and body in, the
@@ -80,7 +83,8 @@ pub struct CallSpec {
     pub timeouts: Timeouts,
     pub outbound: Arc<dyn Outbound>,
     /// `None`: bytes pass unchanged and the attempt commits on a 2xx head.
-    /// `Some`: an SSE answer is read frame by frame and held until content.
+    /// `Some`: an SSE answer is read frame by frame and held until content
+    /// (unless the factory gives no translator: [`TranslatorFactory`]).
     pub translator: Option<TranslatorFactory>,
     /// How the shim reads an error answer's business code; asked before
     /// the status and the words (`None`: status and words only).

@@ -8,7 +8,7 @@
 //! the agent gets: one request is never sent upstream twice.
 
 use std::any::Any;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
@@ -22,6 +22,7 @@ use tracing::{info_span, warn, Instrument};
 use super::openai_error;
 use super::proxy_answer::{self, Answer, Verdict};
 use super::translators::Counting;
+use super::while_waiting::while_waiting;
 use super::{Host, RID_HEADER, RID_QUERY};
 use crate::app::rid::{RidEntry, RidRegistry};
 use crate::app::stats::Counter;
@@ -106,82 +107,68 @@ pub(super) async fn handle<S: Shim>(
             Ok(None) => (native, None),
             Ok(Some(decoded)) => (Bytes::from(decoded), Some(native)),
             Err(e) => {
-                stats.bump(Counter::Fallback);
-                host.set_effective(false);
-                let why = format!(
-                    "the ingress could not read the request ({e}): passed through untouched"
-                );
-                warn!("{why}");
-                stats.error(why);
-                return untouched(&app, name, parts, native, received).await;
-            }
-        };
-        let compressor = live.config.compressor_for(name).map(str::to_owned);
-        // Direct mode reads only what the answer's translators need: no
-        // proxy will read a fold, and the agent's bytes go up as they are.
-        let read = match compressor {
-            Some(_) => host.shim.fold(&native).map(Read::Folded),
-            None => host.shim.shape(&native).map(|(s, o)| Read::Shaped(s, o)),
-        };
-        let read = match read {
-            Ok(r) => r,
-            Err(e) => {
-                stats.bump(Counter::Fallback);
-                host.set_effective(false);
-                let why = format!(
-                    "the ingress could not fold the request ({e}): passed through untouched"
-                );
-                warn!("{why}");
-                stats.error(why);
-                let body = encoded.unwrap_or(native);
-                return untouched(&app, name, parts, body, received).await;
+                let why = format!("the ingress could not read the request ({e})");
+                return untouched(&host, &app, parts, native, received, why).await;
             }
         };
         let conversation = super::conversation_of(&host.shim, &parts.headers, &native);
+        let Some(compressor) = live.config.compressor_for(name).map(str::to_owned) else {
+            // Direct mode: no proxy configured, so nothing failed. No proxy
+            // will read a fold and the agent's bytes go up as they are, so
+            // what the answer's translators need is read while the request
+            // is upstream, not before it leaves. Not so for a body that came
+            // encoded: it goes up encoded and signed again, which only a
+            // readable one may, so it is read first (one that is not goes up
+            // untouched, in its own encoding).
+            let reading = match encoded.clone() {
+                None => Reading::later(native.clone()),
+                Some(raw) => match host.shim.shape(&native) {
+                    Ok((shape, original)) => Reading::known(shape, Arc::new(original)),
+                    Err(e) => {
+                        let why = format!("the ingress could not fold the request ({e})");
+                        return untouched(&host, &app, parts, raw, received, why).await;
+                    }
+                },
+            };
+            stats.bump(Counter::Fallback);
+            host.set_effective(false);
+            let reading = Arc::new(reading);
+            let agent = Agent {
+                native,
+                encoded: encoded.is_some(),
+                path_and_query,
+                headers: Arc::new(parts.headers),
+                received,
+                conversation,
+            };
+            return direct(&host, &app, &live.config, reading, agent).await;
+        };
+        let folded = match host.shim.fold(&native) {
+            Ok(f) => f,
+            Err(e) => {
+                let why = format!("the ingress could not fold the request ({e})");
+                let body = encoded.unwrap_or(native);
+                return untouched(&host, &app, parts, body, received, why).await;
+            }
+        };
+        // Kept under the rid (up to 120 s) and for the whole answer: in
+        // bytes of their own, not as slices of the connection's read
+        // buffer, which they would pin for as long (hyper then reads into a
+        // second one).
         let agent = Agent {
-            native,
+            native: Bytes::copy_from_slice(&native),
             encoded: encoded.is_some(),
             path_and_query,
-            headers: Arc::new(parts.headers),
+            headers: Arc::new(headers::owned(&parts.headers)),
             received,
             conversation,
         };
-        match (compressor, read) {
-            (Some(compressor), Read::Folded(folded)) => {
-                // Kept under the rid (up to 120 s) and for the whole
-                // answer: in bytes of their own, not as slices of the
-                // connection's read buffer, which they would pin for as
-                // long (hyper then reads into a second one).
-                let agent = Agent {
-                    native: Bytes::copy_from_slice(&agent.native),
-                    headers: Arc::new(headers::owned(&agent.headers)),
-                    ..agent
-                };
-                let taken = Intercepted {
-                    original: Arc::new(folded.original),
-                    openai: Arc::new(folded.openai),
-                    agent,
-                };
-                via_proxy(&host, &app, &live, &compressor, taken).await
-            }
-            (_, read) => {
-                // Direct mode: no proxy configured, so nothing failed.
-                stats.bump(Counter::Fallback);
-                host.set_effective(false);
-                let (shape, original) = match read {
-                    Read::Shaped(shape, original) => (shape, original),
-                    Read::Folded(f) => (f.openai.answer_shape(), f.original),
-                };
-                direct(
-                    &host,
-                    &app,
-                    &live.config,
-                    (shape, Arc::new(original)),
-                    agent,
-                )
-                .await
-            }
-        }
+        let taken = Intercepted {
+            original: Arc::new(folded.original),
+            openai: Arc::new(folded.openai),
+            agent,
+        };
+        via_proxy(&host, &app, &live, &compressor, taken).await
     }
     .instrument(span)
     .await
@@ -255,7 +242,8 @@ async fn via_proxy<S: Shim>(
                 warn!("{why}");
                 stats.error(why);
                 let shape = taken.openai.answer_shape();
-                return direct(host, app, config, (shape, taken.original), taken.agent).await;
+                let reading = Arc::new(Reading::known(shape, taken.original));
+                return direct(host, app, config, reading, taken.agent).await;
             }
             // The return leg took the request meanwhile: its answer, through
             // the proxy, is the agent's.
@@ -385,13 +373,13 @@ fn name_the_route(headers: &mut HeaderMap, answered: Option<(String, Option<Stri
 
 /// Sends the agent's request upstream through the chain as it came, the
 /// answer translated once so the agent gets what the proxy path would
-/// give; `shape` is the answer shape of the request (see
-/// [`Shim::shape`]).
+/// give. The request is read ([`Reading`]) while it is upstream, if it was
+/// not already.
 async fn direct<S: Shim>(
     host: &Arc<Host<S>>,
     app: &Arc<App>,
     config: &Config,
-    (shape, original): (Value, Arc<S::Original>),
+    reading: Arc<Reading<S>>,
     agent: Agent,
 ) -> Response<Body> {
     let name = host.shim.name();
@@ -404,26 +392,76 @@ async fn direct<S: Shim>(
         &agent.headers,
         agent.encoded,
     );
-    let h = host.clone();
-    let factory: TranslatorFactory = Arc::new(move || h.agent_translator(&shape, &original));
+    let (h, a, r) = (host.clone(), app.clone(), reading.clone());
+    let factory: TranslatorFactory = Arc::new(move || {
+        let (shape, original) = r.get(&h, &a)?;
+        Some(h.agent_translator(shape, original))
+    });
     let mut spec = CallSpec::new(config, name, "fallback", outbound, agent.received);
     spec.translator = Some(factory);
     spec.error_codes = Some(host.error_codes());
     spec.housekeeping = housekeeping;
     spec.secrets = secrets;
     spec.conversation = agent.conversation;
-    let resp = chain::call(&app.chain_ctx(), spec).await;
+    let ctx = app.chain_ctx();
+    let call = chain::call(&ctx, spec);
+    let resp = while_waiting(call, || {
+        reading.get(host, app);
+    })
+    .await;
     if let ChainResponse::Failed(e) = &resp {
         app.shim_stats(name).error(e.message());
     }
     resp.into_response()
 }
 
-/// What the ingress read of a request: folded for a proxy, or only its
-/// answer shape (and the original the ingress translator gets).
-enum Read<O> {
-    Folded(shimgate_shim_api::Folded<O, OpenAiBody>),
-    Shaped(Value, O),
+/// What the answer's translators need of a request: the [`Shim::shape`]
+/// of it (its answer shape, and the original the ingress translator gets),
+/// read once. A fold already has it, and so does a body that came encoded;
+/// in direct mode any other is read while the request is upstream. One the
+/// shim cannot read then has gone upstream as the agent sent it, so its
+/// answer passes as the upstream sent it, and the reason is the shim's
+/// `lastError`.
+struct Reading<S: Shim> {
+    /// The body to read, when it is not read yet.
+    native: Bytes,
+    read: OnceLock<Option<(Value, Arc<S::Original>)>>,
+}
+
+impl<S: Shim> Reading<S> {
+    fn known(shape: Value, original: Arc<S::Original>) -> Self {
+        Reading {
+            native: Bytes::new(),
+            read: OnceLock::from(Some((shape, original))),
+        }
+    }
+
+    fn later(native: Bytes) -> Self {
+        Reading {
+            native,
+            read: OnceLock::new(),
+        }
+    }
+
+    /// The shape and the original, read on the first call; `None` when
+    /// the shim cannot read the request.
+    fn get(&self, host: &Host<S>, app: &App) -> Option<(&Value, &S::Original)> {
+        let read = self
+            .read
+            .get_or_init(|| match host.shim.shape(&self.native) {
+                Ok((shape, original)) => Some((shape, Arc::new(original))),
+                Err(e) => {
+                    let why = format!(
+                        "the ingress could not fold the request ({e}): it went upstream as sent, \
+                     and its answer passed through untouched"
+                    );
+                    warn!("{why}");
+                    app.shim_stats(host.shim.name()).error(why);
+                    None
+                }
+            });
+        read.as_ref().map(|(shape, original)| (shape, &**original))
+    }
 }
 
 /// An intercepted request, folded for the proxy.
@@ -447,13 +485,22 @@ struct Agent {
     conversation: String,
 }
 
-/// A request the shim cannot read goes upstream byte for byte.
-async fn untouched(
+/// A request the shim cannot read goes upstream byte for byte: counted as
+/// a fallback, `why` in `lastError`.
+async fn untouched<S: Shim>(
+    host: &Host<S>,
     app: &Arc<App>,
-    name: &'static str,
     parts: http::request::Parts,
     native: Bytes,
     received: std::time::Instant,
+    why: String,
 ) -> Response<Body> {
+    let name = host.shim.name();
+    let stats = app.shim_stats(name);
+    stats.bump(Counter::Fallback);
+    host.set_effective(false);
+    let why = format!("{why}: passed through untouched");
+    warn!("{why}");
+    stats.error(why);
     crate::host::passthrough::forward_raw(app, name, "fallback", parts, native, received).await
 }

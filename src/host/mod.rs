@@ -14,6 +14,7 @@ pub mod passthrough;
 mod proxy_answer;
 mod return_leg;
 pub mod translators;
+mod while_waiting;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -4,7 +4,6 @@
 //! sends it upstream through the chain, and streams the answer back as bare
 //! OpenAI frames (or one aggregated `chat.completion` for `stream: false`).
 
-use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -18,6 +17,7 @@ use tracing::{info_span, warn, Instrument};
 
 use super::aggregate::Aggregate;
 use super::openai_error::{self, ErrorContext};
+use super::while_waiting::while_waiting;
 use super::Host;
 use crate::app::exchange;
 use crate::app::rid::RidEntry;
@@ -178,28 +178,6 @@ async fn take<S: Shim>(
     })
 }
 
-/// Polls `work`, and runs `side` once: the first time `work` waits (for
-/// the return leg, when its request is upstream and the answer not yet
-/// back), or when it is done if it never waited.
-async fn while_waiting<F: Future>(work: F, side: impl FnOnce()) -> F::Output {
-    let mut work = std::pin::pin!(work);
-    let mut side = Some(side);
-    let out = std::future::poll_fn(|cx| {
-        let polled = work.as_mut().poll(cx);
-        if polled.is_pending() {
-            if let Some(side) = side.take() {
-                side();
-            }
-        }
-        polled
-    })
-    .await;
-    if let Some(side) = side {
-        side();
-    }
-    out
-}
-
 /// Counts what the proxy did to the request (DESIGN §4): its body against
 /// the one the ingress sent (the ingress's copy while it is alive, else
 /// folded again from the native body).
@@ -265,7 +243,7 @@ async fn forward<S: Shim>(
     // length of the stream.
     let request = Arc::new(t.openai.answer_shape());
     let (h, shape) = (host.clone(), request.clone());
-    let factory: TranslatorFactory = Arc::new(move || Box::new(h.shim.return_leg(&shape)));
+    let factory: TranslatorFactory = Arc::new(move || Some(Box::new(h.shim.return_leg(&shape))));
     let secrets = Secrets::of(entry.headers.clone());
     let mut spec = CallSpec::new(config, name, "return", outbound, received);
     spec.translator = Some(factory);
@@ -340,36 +318,6 @@ async fn aggregate(resp: ChainResponse) -> Response<Body> {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[tokio::test]
-    async fn the_side_work_runs_once_while_the_work_waits_else_after_it() {
-        use std::sync::Mutex;
-        let log = Mutex::new(Vec::new());
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let work = async {
-            log.lock().unwrap().push("sent");
-            let _ = rx.await;
-            log.lock().unwrap().push("answered");
-        };
-        let answer = async {
-            tokio::task::yield_now().await;
-            log.lock().unwrap().push("upstream answers");
-            let _ = tx.send(());
-        };
-        let side = || log.lock().unwrap().push("accounted");
-        tokio::join!(while_waiting(work, side), answer);
-        assert_eq!(
-            *log.lock().unwrap(),
-            ["sent", "accounted", "upstream answers", "answered"]
-        );
-
-        let ready = Mutex::new(Vec::new());
-        while_waiting(async { ready.lock().unwrap().push("done") }, || {
-            ready.lock().unwrap().push("accounted")
-        })
-        .await;
-        assert_eq!(*ready.lock().unwrap(), ["done", "accounted"]);
-    }
 
     #[test]
     fn side_requests_are_unstreamed_or_tiny() {

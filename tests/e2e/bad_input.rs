@@ -673,6 +673,75 @@ async fn an_inference_body_the_ingress_cannot_read_passes_through_untouched_as_a
     passed(2 * bodies.len() + 1);
 }
 
+/// Direct mode sends the request first and reads it while the upstream
+/// works: a body broken deep inside (found only by the full read) has
+/// already gone up when the shim gives up on it. It went up once, and its
+/// answer comes back as the upstream sent it, whatever the status: the
+/// second route never sees it, as a pass-through POST would not. A
+/// readable body on the same chain is judged and fails over.
+#[tokio::test]
+async fn a_body_found_unreadable_after_it_went_up_is_answered_as_a_pass_through() {
+    let down = Upstream::always(Reply::json(503, r#"{"overloaded":"t1"}"#)).await;
+    let up = Upstream::start(script).await;
+    let gate = Gate::start(&format!(
+        "[retry]\nmax_retries = 0\ninitial_delay_ms = 10\n\
+         [[shims.trae.routes]]\nname = \"t1\"\nurl = \"{}\"\n\
+         [[shims.trae.routes]]\nname = \"t2\"\nurl = \"{}\"\n",
+        down.url(),
+        up.url()
+    ))
+    .await;
+    let good = serde_json::to_string(&trae::body(&[trae::text("user", "deep inside")])).unwrap();
+    // `\q` is no JSON escape: the top level reads fine, the strict read
+    // of the messages does not.
+    let broken = good.replace("deep inside", r"deep \q inside");
+    assert_ne!(good, broken);
+    let url = format!("{}{}", gate.trae, trae::PATH);
+    let send_body = |body: String| {
+        client::send(
+            Method::POST,
+            &url,
+            &[("content-type", "application/json")],
+            body,
+        )
+    };
+    let st0 = gate.status().await;
+    let resp = send_body(broken.clone()).await;
+    assert_eq!(
+        resp.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        resp.text()
+    );
+    assert_eq!(
+        resp.text(),
+        r#"{"overloaded":"t1"}"#,
+        "the upstream's own answer"
+    );
+    assert_eq!(down.hits(), 1, "sent once");
+    assert_eq!(
+        down.requests()[0].body,
+        broken.as_bytes(),
+        "as the agent sent it"
+    );
+    assert_eq!(up.hits(), 0, "never sent again");
+    let st = gate.status().await;
+    let t = &st["traeShim"];
+    assert_eq!(
+        t["fallback"],
+        st0["traeShim"]["fallback"].as_u64().unwrap() + 1
+    );
+    let last = t["lastError"].as_str().unwrap_or("");
+    assert!(
+        last.contains("could not fold") && last.contains("passed through untouched"),
+        "{last}"
+    );
+    // The same chain judges a readable body: t1's 503 fails over to t2.
+    let resp = send_body(good).await;
+    assert_eq!(shimgate_testkit::trae::digest(&resp.body).text, FINE);
+    assert_eq!((down.hits(), up.hits()), (2, 1));
+}
+
 #[tokio::test]
 async fn an_out_of_range_number_is_still_folded_and_reaches_the_upstream_as_sent() {
     let up = Upstream::start(script).await;
