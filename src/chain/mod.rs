@@ -157,7 +157,9 @@ pub struct ChainCtx {
 pub async fn call(ctx: &ChainCtx, spec: CallSpec) -> ChainResponse {
     let (head_tx, head_rx) = oneshot::channel();
     // The drive keeps the caller's span (shim, rid), so its log lines do too.
-    let drive = drive(ctx.clone(), spec, head_tx).instrument(tracing::Span::current());
+    // Boxed before it is instrumented: the drive's state (the spec and
+    // every attempt's) is moved once, into its box, not twice.
+    let drive = Box::pin(drive(ctx.clone(), spec, head_tx)).instrument(tracing::Span::current());
     let mut call = Inline {
         drive: Some(Box::pin(drive)),
         head_rx: Some(head_rx),
@@ -987,8 +989,13 @@ pub fn is_housekeeping_text(body: &shimgate_shim_api::OpenAiBody) -> bool {
             .unwrap_or(false)
 }
 
+/// Whether the body names a `purpose` at all (a searcher built once: it is
+/// asked before every direct send, and building one each time cost more,
+/// run cold, than the search).
 fn names_purpose(body: &[u8]) -> bool {
-    memchr::memmem::find(body, b"\"purpose\"").is_some()
+    static FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"purpose\""));
+    FINDER.find(body).is_some()
 }
 
 fn purpose_is_housekeeping(body: &serde_json::Value) -> bool {

@@ -103,7 +103,10 @@ impl<T: StreamTranslator> Counting<T> {
     }
 
     fn count_out(&mut self, out: &BytesMut, from: usize) {
-        let n = memchr::memmem::find_iter(&out[from..], b"\n\n").count() as u64;
+        // A searcher built once, not for every frame.
+        static FRAME_END: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+            std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\n\n"));
+        let n = FRAME_END.find_iter(&out[from..]).count() as u64;
         self.out_frames += n;
         self.stats.frames_out.fetch_add(n, Ordering::Relaxed);
     }
