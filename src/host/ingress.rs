@@ -114,21 +114,24 @@ pub(super) async fn handle<S: Shim>(
         let conversation = super::conversation_of(&host.shim, &parts.headers, &native);
         let Some(compressor) = live.config.compressor_for(name).map(str::to_owned) else {
             // Direct mode: no proxy configured, so nothing failed. No proxy
-            // will read a fold and the agent's bytes go up as they are, so
+            // will read a fold, so when the agent's bytes go up as they are,
             // what the answer's translators need is read while the request
-            // is upstream, not before it leaves. Not so for a body that came
-            // encoded: it goes up encoded and signed again, which only a
-            // readable one may, so it is read first (one that is not goes up
-            // untouched, in its own encoding).
-            let reading = match encoded.clone() {
-                None => Reading::later(native.clone()),
-                Some(raw) => match host.shim.shape(&native) {
+            // is upstream, not before it leaves. A body the codec encodes,
+            // signs or hands to a co-process (qoder's encoded wire, the
+            // `cosy` and `exec` codecs) is read first: only a readable one
+            // may go that way, and one that is not goes up untouched, in its
+            // own encoding.
+            let reading = if host.upstream.sends_as_is(&live.config, encoded.is_some()) {
+                Reading::later(native.clone())
+            } else {
+                match host.shim.shape(&native) {
                     Ok((shape, original)) => Reading::known(shape, Arc::new(original)),
                     Err(e) => {
                         let why = format!("the ingress could not fold the request ({e})");
-                        return untouched(&host, &app, parts, raw, received, why).await;
+                        let body = encoded.unwrap_or(native);
+                        return untouched(&host, &app, parts, body, received, why).await;
                     }
-                },
+                }
             };
             stats.bump(Counter::Fallback);
             host.set_effective(false);
@@ -417,10 +420,11 @@ async fn direct<S: Shim>(
 
 /// What the answer's translators need of a request: the [`Shim::shape`]
 /// of it (its answer shape, and the original the ingress translator gets),
-/// read once. A fold already has it, and so does a body that came encoded;
-/// in direct mode any other is read while the request is upstream. One the
-/// shim cannot read then has gone upstream as the agent sent it, so its
-/// answer passes as the upstream sent it, and the reason is the shim's
+/// read once. A fold already has it, and so does a body the codec does not
+/// send as it came ([`super::codec::Upstreaming::sends_as_is`]); in direct
+/// mode any other is read while the request is upstream. One the shim
+/// cannot read then has gone upstream as the agent sent it, so its answer
+/// passes as the upstream sent it, and the reason is the shim's
 /// `lastError`.
 struct Reading<S: Shim> {
     /// The body to read, when it is not read yet.

@@ -540,6 +540,41 @@ async fn the_exec_codec_signs_every_attempt_anew() {
     assert_eq!(codec["calls"], 2);
 }
 
+/// Direct mode sends a body as it came before reading it; one the `exec`
+/// codec would hand to its co-process is read first. An ask the shim
+/// cannot read then never reaches the co-process: it goes up untouched.
+#[tokio::test]
+async fn an_unreadable_ask_passes_the_exec_codec_by_untouched() {
+    let up = Upstream::always(Reply::json(200, r#"{"passed":true}"#)).await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/qoder_codec.py");
+    let toml = format!(
+        "[shims.qoder]\ncodec = \"exec\"\ncodec_command = [\"python3\", \"{script}\"]\n{}",
+        routes(&[&up])
+    );
+    let gate = Gate::start(&toml).await;
+    let unreadable = r#"{"model":"m"}"#;
+    let resp = client::send(
+        Method::POST,
+        &format!("{}{PATH}", gate.qoder),
+        &[("content-type", "application/json")],
+        unreadable,
+    )
+    .await;
+    assert_eq!(resp.text(), r#"{"passed":true}"#);
+    assert_eq!(
+        up.requests()[0].body,
+        unreadable.as_bytes(),
+        "as the agent sent it"
+    );
+    let q = &gate.status().await["qoderShim"];
+    assert_eq!(q["fallback"], 1);
+    assert!(q["lastError"]
+        .as_str()
+        .unwrap()
+        .contains("passed through untouched"));
+    assert_eq!(q["codec"]["calls"], 0, "the co-process never saw it");
+}
+
 #[tokio::test]
 async fn a_codec_that_dies_is_restarted() {
     let up = Upstream::always(answer("alive", 10)).await;

@@ -37,6 +37,12 @@ pub trait Upstreaming: Send + Sync + 'static {
         encoded: bool,
     ) -> Arc<dyn Outbound>;
 
+    /// Whether the first attempt sends the agent's body as it came (no
+    /// encoding, signature or co-process): only such a request may go
+    /// upstream before the ingress has read it, since one it then cannot
+    /// read has gone up as the agent sent it.
+    fn sends_as_is(&self, config: &Config, encoded: bool) -> bool;
+
     /// What `/status` shows of it.
     fn status(&self, config: &Config) -> Value;
 }
@@ -68,6 +74,10 @@ impl Upstreaming for DirectJson {
         _encoded: bool,
     ) -> Arc<dyn Outbound> {
         Arc::new(json_post(native, path_and_query, agent))
+    }
+
+    fn sends_as_is(&self, _: &Config, _encoded: bool) -> bool {
+        true
     }
 
     fn status(&self, _: &Config) -> Value {
@@ -154,6 +164,10 @@ impl Upstreaming for ConfiguredCodec {
                 stats: self.cosy.clone(),
             }),
         }
+    }
+
+    fn sends_as_is(&self, config: &Config, encoded: bool) -> bool {
+        !encoded && matches!(self.codec(config), Codec::Plain)
     }
 
     fn status(&self, config: &Config) -> Value {
@@ -305,5 +319,29 @@ impl Outbound for ExecOutbound {
             *req.headers_mut() = encoded.headers;
             Ok(req)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(codec: &str) -> Config {
+        Config::from_toml(&format!(
+            "[shims.qoder]\n{codec}\n[[shims.qoder.routes]]\nname = \"q\"\nurl = \"http://127.0.0.1:1\"\n"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_a_body_sent_as_it_came_may_go_up_before_it_is_read() {
+        let qoder = ConfiguredCodec::new("qoder");
+        assert!(qoder.sends_as_is(&config(""), false), "plain by default");
+        assert!(qoder.sends_as_is(&config("codec = \"plain\""), false));
+        assert!(!qoder.sends_as_is(&config(""), true), "encoded: cosy");
+        assert!(!qoder.sends_as_is(&config("codec = \"cosy\""), false));
+        let exec = "codec = \"exec\"\ncodec_command = [\"cat\"]";
+        assert!(!qoder.sends_as_is(&config(exec), false));
+        assert!(DirectJson.sends_as_is(&config(""), false));
     }
 }
