@@ -144,6 +144,8 @@ pub struct LatencyReport {
 /// `/proc/stat`'s first line: (steal, all) ticks of every CPU since boot.
 /// Steal is time the hypervisor ran someone else while this VM had work:
 /// on a shared host it is what makes one run's tails unlike the next's.
+/// All = user through steal (the guest fields after them are already in
+/// user).
 fn cpu_ticks() -> Option<(u64, u64)> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let fields: Vec<u64> = stat
@@ -151,6 +153,7 @@ fn cpu_ticks() -> Option<(u64, u64)> {
         .next()?
         .split_whitespace()
         .skip(1)
+        .take(8)
         .filter_map(|f| f.parse().ok())
         .collect();
     Some((*fields.get(7)?, fields.iter().sum()))
