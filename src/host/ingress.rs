@@ -108,7 +108,7 @@ pub(super) async fn handle<S: Shim>(
             Ok(Some(decoded)) => (Bytes::from(decoded), Some(native)),
             Err(e) => {
                 let why = format!("the ingress could not read the request ({e})");
-                return untouched(&host, &app, parts, native, received, why).await;
+                return Box::pin(untouched(&host, &app, parts, native, received, why)).await;
             }
         };
         let conversation = super::conversation_of(&host.shim, &parts.headers, &native);
@@ -129,7 +129,7 @@ pub(super) async fn handle<S: Shim>(
                     Err(e) => {
                         let why = format!("the ingress could not fold the request ({e})");
                         let body = encoded.unwrap_or(native);
-                        return untouched(&host, &app, parts, body, received, why).await;
+                        return Box::pin(untouched(&host, &app, parts, body, received, why)).await;
                     }
                 }
             };
@@ -151,7 +151,7 @@ pub(super) async fn handle<S: Shim>(
             Err(e) => {
                 let why = format!("the ingress could not fold the request ({e})");
                 let body = encoded.unwrap_or(native);
-                return untouched(&host, &app, parts, body, received, why).await;
+                return Box::pin(untouched(&host, &app, parts, body, received, why)).await;
             }
         };
         // Kept under the rid (up to 120 s) and for the whole answer: in
@@ -171,7 +171,9 @@ pub(super) async fn handle<S: Shim>(
             openai: Arc::new(folded.openai),
             agent,
         };
-        via_proxy(&host, &app, &live, &compressor, taken).await
+        // Boxed, as the fallbacks above: the direct path's handler is then
+        // not sized (allocated and copied on every call) for the proxy's.
+        Box::pin(via_proxy(&host, &app, &live, &compressor, taken)).await
     }
     .instrument(span)
     .await

@@ -16,7 +16,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::Request;
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -29,6 +29,7 @@ use tokio_util::task::TaskTracker;
 use tracing::warn;
 
 use crate::config::ClientLimits;
+use crate::host::ResponseFuture;
 use crate::http::body::{Body, BoxError};
 
 /// The answer to a connection beyond the cap: written at once, then closed.
@@ -60,10 +61,9 @@ impl Connections {
 
     /// Serves one accepted socket with `handle`, or refuses it when the
     /// listener is at its cap.
-    pub fn serve<F, Fut>(&self, stream: TcpStream, handle: F)
+    pub fn serve<F>(&self, stream: TcpStream, handle: F)
     where
-        F: Fn(Request<Incoming>) -> Fut + Send + Sync + Clone + 'static,
-        Fut: Future<Output = Response<Body>> + Send + 'static,
+        F: Fn(Request<Incoming>) -> ResponseFuture + Send + Sync + Clone + 'static,
     {
         let Ok(permit) = self.permits.clone().try_acquire_owned() else {
             let n = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
@@ -84,20 +84,19 @@ impl Connections {
             .spawn(async move { this.run(stream, handle, permit).await });
     }
 
-    async fn run<F, Fut>(&self, stream: TcpStream, handle: F, _permit: OwnedSemaphorePermit)
+    async fn run<F>(&self, stream: TcpStream, handle: F, _permit: OwnedSemaphorePermit)
     where
-        F: Fn(Request<Incoming>) -> Fut + Send + Sync + Clone + 'static,
-        Fut: Future<Output = Response<Body>> + Send + 'static,
+        F: Fn(Request<Incoming>) -> ResponseFuture + Send + Sync + Clone + 'static,
     {
         let activity = Arc::new(Activity::new());
         let a = activity.clone();
         let service = service_fn(move |req| {
             let guard = a.begin();
-            // Boxed: hyper keeps the box of its in-flight service future for
-            // as long as the connection lives, sized for the whole request
-            // handler (some KiB); boxed here, that box holds a pointer and
-            // the handler's own state is freed once the head is out.
-            let fut = Box::pin(handle(req));
+            // Boxed by the handler: hyper keeps its in-flight service
+            // future for as long as the connection lives, and this one holds
+            // only a pointer; the handler's own state, in a box sized for
+            // the branch the request took, is freed once the head is out.
+            let fut = handle(req);
             async move {
                 let resp = fut.await;
                 Ok::<_, Infallible>(resp.map(|b| {

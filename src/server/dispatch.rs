@@ -10,30 +10,35 @@ use hyper::body::Incoming;
 
 use crate::admin;
 use crate::app::App;
-use crate::host::{self, passthrough, Shims};
+use crate::host::{self, passthrough, ResponseFuture, Shims};
 use crate::http::body::ErrorCode;
 use crate::http::body::{self, Body};
 use crate::http::read::{content_length, read_body};
 
-/// Handles one request on the listener of `shim`.
-pub async fn handle(
+/// Handles one request on the listener of `shim`. The branch is chosen
+/// here, before any await, and each branch's future is boxed on its own:
+/// one `async fn` over every branch was as large as the largest (the
+/// pass-through and the admin surface, 2–3 KiB), allocated and copied for
+/// every request, an inference call's included, which then boxed its own
+/// handler again (`benches/README.md`, "2026-12-03 (09:30 UTC)").
+pub fn handle(
     app: Arc<App>,
     shims: Arc<Shims>,
     shim: &'static str,
     listener: admin::Listener,
     req: Request<Incoming>,
-) -> Response<Body> {
+) -> ResponseFuture {
     if let Some(refused) = not_servable(&req) {
-        return refused;
+        return answered(refused);
     }
     let path = req.uri().path();
     if admin::is_admin_path(path) {
-        return admin::serve(&app, &shims, listener, req).await;
+        return Box::pin(async move { admin::serve(&app, &shims, listener, req).await });
     }
     if let Some((name, rid)) = host::return_leg_path(path) {
         if let Some(h) = shims.get(name) {
             let rid = rid.to_string();
-            return h.return_leg(app, rid, req).await;
+            return h.return_leg(app, rid, req);
         }
     }
     let carried = host::carried_rid(path, req.uri().query(), req.headers()).or_else(|| {
@@ -46,22 +51,27 @@ pub async fn handle(
         // A proxy that compresses one fixed path: the rid names the shim.
         let shim_of_rid = app.rids.get(&rid).map(|e| e.shim);
         return match shim_of_rid.and_then(|name| shims.get(name)) {
-            Some(h) => h.return_leg(app, rid, req).await,
-            None => body::error_response(
+            Some(h) => h.return_leg(app, rid, req),
+            None => answered(body::error_response(
                 ErrorCode::RidGone,
                 &format!(
                     "rid {rid} is unknown or expired (entries live 120 s, the newest 256 are kept)"
                 ),
-            ),
+            )),
         };
     }
     let path_and_query = req.uri().path_and_query().map_or(path, |p| p.as_str());
     if let Some(h) = shims.get(shim) {
         if h.is_inference(req.method().as_str(), path_and_query) {
-            return h.ingress(app, req).await;
+            return h.ingress(app, req);
         }
     }
-    forward(app, shim, req).await
+    Box::pin(forward(app, shim, req))
+}
+
+/// An answer known before any await.
+fn answered(response: Response<Body>) -> ResponseFuture {
+    Box::pin(std::future::ready(response))
 }
 
 /// Requests no route can take, answered at once: `CONNECT` (shimgate is
