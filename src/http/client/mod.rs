@@ -128,9 +128,16 @@ impl HttpClient {
                 Err((e, _)) => return Err(ClientError::new(Kind::Send, origin.to_string(), e)),
             }
         }
-        let mut io = connect::connect(origin, &self.inner.tls, self.inner.connect_timeout)
-            .await
-            .map_err(|e| ClientError::new(Kind::Connect, origin.to_string(), e))?;
+        // Boxed: a new connection (and a TLS handshake) is the rare case,
+        // and inline its state (1.3 KiB) would size every attempt's future,
+        // and the call's box, on a pooled connection too.
+        let mut io = Box::pin(connect::connect(
+            origin,
+            &self.inner.tls,
+            self.inner.connect_timeout,
+        ))
+        .await
+        .map_err(|e| ClientError::new(Kind::Connect, origin.to_string(), e))?;
         write_request(&mut io, head, body)
             .await
             .map_err(|(e, written)| {
