@@ -73,7 +73,10 @@ def calls(port, n):
         sock.sendall(request)
         got = b""
         while True:
-            got += sock.recv(65536)
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise SystemExit(f"port {port} closed the connection mid-answer")
+            got += chunk
             end = got.find(b"\r\n\r\n")
             if end < 0:
                 continue

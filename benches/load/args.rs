@@ -91,7 +91,7 @@ enum PhaseArg {
     about = "shimgate under load: soak, added latency, slow streams, idle and slowloris sockets"
 )]
 struct Cli {
-    /// About 1 minute: 8 s soak legs, 500 slow streams, 800 latency samples.
+    /// About 3.5 minutes: 8 s soak legs, 500 slow streams, 800 latency samples.
     #[arg(long)]
     quick: bool,
     /// The soak and the idle phase, small (about 35 s): 16 conversations, 12 s legs.
