@@ -216,7 +216,7 @@ pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCo
         Ok(r) => r,
         Err(f) => return unsent(f),
     };
-    let timeouts = &spec.timeouts;
+    let timeouts = spec.timeouts();
     let sent_at = std::time::Instant::now();
     let resp = match tokio::time::timeout(timeouts.first_byte, ctx.client.request(req)).await {
         Err(_) => {

@@ -75,12 +75,10 @@ pub struct CallSpec {
     pub shim: &'static str,
     /// What kind of call: `passthrough`, `return`, `fallback`.
     pub kind: &'static str,
-    /// The routes as configured when the call started.
-    pub routes: Vec<Route>,
-    pub retry: RetryPolicy,
-    pub ordering: Ordering,
-    pub breaker: BreakerPolicy,
-    pub timeouts: Timeouts,
+    /// The configuration as it was when the call started: its routes and
+    /// policies are read from it (shared, not copied for every call; a
+    /// reload mid-call leaves this call on the one it started with).
+    config: Arc<Config>,
     pub outbound: Arc<dyn Outbound>,
     /// `None`: bytes pass unchanged and the attempt commits on a 2xx head.
     /// `Some`: an SSE answer is read frame by frame and held until content
@@ -112,7 +110,7 @@ impl CallSpec {
     /// A call on `shim`'s routes with the policies of `config`: no
     /// translator (bytes pass unchanged), not housekeeping.
     pub fn new(
-        config: &Config,
+        config: &Arc<Config>,
         shim: &'static str,
         kind: &'static str,
         outbound: Arc<dyn Outbound>,
@@ -121,14 +119,7 @@ impl CallSpec {
         CallSpec {
             shim,
             kind,
-            routes: config
-                .shim(shim)
-                .map(|s| s.routes.clone())
-                .unwrap_or_default(),
-            retry: config.retry.clone(),
-            ordering: config.ordering.clone(),
-            breaker: config.breaker.clone(),
-            timeouts: config.timeouts.clone(),
+            config: config.clone(),
             outbound,
             translator: None,
             error_codes: None,
@@ -139,6 +130,27 @@ impl CallSpec {
             idempotent: false,
             conversation: String::new(),
         }
+    }
+
+    /// The shim's routes as configured when the call started.
+    pub fn routes(&self) -> &[Route] {
+        self.config.shim(self.shim).map_or(&[], |s| &s.routes)
+    }
+
+    pub fn retry(&self) -> &RetryPolicy {
+        &self.config.retry
+    }
+
+    pub fn ordering(&self) -> &Ordering {
+        &self.config.ordering
+    }
+
+    pub fn breaker(&self) -> &BreakerPolicy {
+        &self.config.breaker
+    }
+
+    pub fn timeouts(&self) -> &Timeouts {
+        &self.config.timeouts
     }
 }
 
@@ -297,9 +309,10 @@ async fn drive(ctx: ChainCtx, spec: CallSpec, head_tx: oneshot::Sender<ChainResp
     };
     let now = Now::system();
     let plan = if spec.housekeeping {
-        ctx.state.housekeeping_plan(spec.shim, &spec.routes)
+        ctx.state.housekeeping_plan(spec.shim, spec.routes())
     } else {
-        ctx.state.plan(spec.shim, &spec.routes, &spec.ordering, now)
+        ctx.state
+            .plan(spec.shim, spec.routes(), spec.ordering(), now)
     };
     call.report_skipped(&plan.skipped);
     if plan.routes.is_empty() {
@@ -463,8 +476,8 @@ impl Driver<'_> {
         may_resend: bool,
     ) -> Decision {
         let rules = Rules {
-            retry: &self.spec.retry,
-            ordering: &self.spec.ordering,
+            retry: self.spec.retry(),
+            ordering: self.spec.ordering(),
             housekeeping: self.spec.housekeeping,
             zone: rest::Zone::LOCAL,
         };
@@ -472,7 +485,7 @@ impl Driver<'_> {
             && self.ctx.state.budget_allows(
                 self.spec.shim,
                 &leg.route.name,
-                &self.spec.retry,
+                self.spec.retry(),
                 now.mono,
             );
         let at = Progress {
@@ -508,7 +521,7 @@ impl Driver<'_> {
             self.spec.shim,
             &leg.route.name,
             seen,
-            &self.spec.breaker,
+            self.spec.breaker(),
             now,
         )
     }
@@ -533,7 +546,10 @@ impl Driver<'_> {
     fn cool(&self, leg: &Leg<'_>, failure: &Failure, decision: &Decision, now: Now) {
         if let Some(rest) = decision.cool {
             let (shim, route) = (self.spec.shim, &leg.route.name);
-            let source = match (failure.retry_after, self.spec.ordering.quota_cooldown_hour) {
+            let source = match (
+                failure.retry_after,
+                self.spec.ordering().quota_cooldown_hour,
+            ) {
                 (Some(_), _) => failure.stated_by.unwrap_or("the upstream's stated reset"),
                 (None, Some(_)) => "the configured rest (to quota_cooldown_hour)",
                 (None, None) => "the configured rest (quota_cooldown_ms)",
@@ -630,10 +646,10 @@ impl Driver<'_> {
         let ttft = committed.upstream_time;
         self.ctx
             .state
-            .answered(shim, &leg.route.name, &self.spec.breaker, Now::system());
+            .answered(shim, &leg.route.name, self.spec.breaker(), Now::system());
         let committed_at = Instant::now();
         let (end, meter) =
-            attempt::stream(self.ctx, self.spec.timeouts.idle, committed, &body_tx).await;
+            attempt::stream(self.ctx, self.spec.timeouts().idle, committed, &body_tx).await;
         self.ctx.state.metered(
             shim,
             &leg.route.name,

@@ -383,7 +383,7 @@ fn name_the_route(headers: &mut HeaderMap, answered: Option<(String, Option<Stri
 async fn direct<S: Shim>(
     host: &Arc<Host<S>>,
     app: &Arc<App>,
-    config: &Config,
+    config: &Arc<Config>,
     reading: Arc<Reading<S>>,
     agent: Agent,
 ) -> Response<Body> {

@@ -234,14 +234,19 @@ pub use shimgate_shim_api::answer_shape;
 
 /// The agent headers that name its conversation, first found wins
 /// (DESIGN §5 "Switches by conversation").
-pub const CONVERSATION_HEADERS: [&str; 3] = ["x-session-id", "x-acp-session", "session-id"];
+/// Names, not strings: a lookup by string parses the name on every call.
+pub const CONVERSATION_HEADERS: [http::HeaderName; 3] = [
+    http::HeaderName::from_static("x-session-id"),
+    http::HeaderName::from_static("x-acp-session"),
+    http::HeaderName::from_static("session-id"),
+];
 
 /// The agent's conversation id: its first conversation header, else the
 /// wire's own field ([`Shim::conversation`]); empty when neither names one.
 pub fn conversation_of<S: Shim>(shim: &S, headers: &http::HeaderMap, native: &[u8]) -> String {
     CONVERSATION_HEADERS
         .iter()
-        .find_map(|n| headers.get(*n)?.to_str().ok().filter(|v| !v.is_empty()))
+        .find_map(|n| headers.get(n)?.to_str().ok().filter(|v| !v.is_empty()))
         .map(str::to_owned)
         .or_else(|| shim.conversation(native))
         .unwrap_or_default()

@@ -413,31 +413,33 @@ impl Drop for Permit {
 
 /// A route the plan leaves out, and why.
 #[derive(Debug, Clone)]
-pub struct Skipped {
-    pub route: Route,
+pub struct Skipped<'a> {
+    pub route: &'a Route,
     pub reason: Reason,
     pub until: Option<SystemTime>,
 }
 
-/// The order a call tries routes in.
+/// The order a call tries routes in: the call's own routes, borrowed (a
+/// plan is made for every call, and copying each route into it cost
+/// allocations before every send).
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub struct Plan<'a> {
     /// Routes to try, in order.
-    pub routes: Vec<Route>,
+    pub routes: Vec<&'a Route>,
     /// Routes left out (cooling, breaker open, disabled).
-    pub skipped: Vec<Skipped>,
+    pub skipped: Vec<Skipped<'a>>,
     /// Whether a route's breaker is asked before it is tried (not in
     /// manual mode, nor when every route was resting and rests are
     /// ignored).
     pub gated: bool,
 }
 
-impl Plan {
+impl<'a> Plan<'a> {
     /// A housekeeping call's plan: the first route only, whatever its
     /// state (such calls pass straight through, without failover).
-    pub fn housekeeping(routes: &[Route]) -> Plan {
+    pub fn housekeeping(routes: impl IntoIterator<Item = &'a Route>) -> Plan<'a> {
         Plan {
-            routes: routes.iter().take(1).cloned().collect(),
+            routes: routes.into_iter().take(1).collect(),
             skipped: Vec::new(),
             gated: false,
         }
@@ -488,13 +490,13 @@ impl ChainState {
     /// pinned first, then configured or measured order; cooling and
     /// breaker-open routes left out (not in manual mode) unless every route
     /// is out, disabled ones always.
-    pub fn plan(
+    pub fn plan<'a>(
         &self,
         shim: &'static str,
-        routes: &[Route],
+        routes: &'a [Route],
         ordering: &Ordering,
         now: Now,
-    ) -> Plan {
+    ) -> Plan<'a> {
         let order = self.lock().order(shim, routes, ordering, now);
         let mut plan = Plan {
             routes: Vec::new(),
@@ -502,7 +504,7 @@ impl ChainState {
             gated: ordering.mode.skips_resting() && !order.ignored_rests,
         };
         for p in &order.entries {
-            let route = routes[p.index].clone();
+            let route = &routes[p.index];
             if p.reason.skipped() {
                 plan.skipped.push(Skipped {
                     route,
@@ -518,15 +520,13 @@ impl ChainState {
 
     /// A housekeeping call's plan ([`Plan::housekeeping`]) over the routes
     /// not disabled by hand: a disable holds in every mode.
-    pub fn housekeeping_plan(&self, shim: &'static str, routes: &[Route]) -> Plan {
+    pub fn housekeeping_plan<'a>(&self, shim: &'static str, routes: &'a [Route]) -> Plan<'a> {
         let mut inner = self.lock();
-        let live: Vec<Route> = routes
-            .iter()
-            .filter(|r| !inner.route(shim, &r.name).disabled)
-            .take(1)
-            .cloned()
-            .collect();
-        Plan::housekeeping(&live)
+        Plan::housekeeping(
+            routes
+                .iter()
+                .filter(|r| !inner.route(shim, &r.name).disabled),
+        )
     }
 
     /// A call reaches `route` (of a gated plan): `Some(probe)` when it may
@@ -895,7 +895,7 @@ mod tests {
         }
     }
 
-    fn names(plan: &Plan) -> Vec<&str> {
+    fn names<'a>(plan: &Plan<'a>) -> Vec<&'a str> {
         plan.routes.iter().map(|r| r.name.as_str()).collect()
     }
 
@@ -1089,7 +1089,7 @@ mod learning {
         }
     }
 
-    fn names(plan: &Plan) -> Vec<&str> {
+    fn names<'a>(plan: &Plan<'a>) -> Vec<&'a str> {
         plan.routes.iter().map(|r| r.name.as_str()).collect()
     }
 
