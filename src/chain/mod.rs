@@ -137,18 +137,22 @@ impl CallSpec {
         self.config.shim(self.shim).map_or(&[], |s| &s.routes)
     }
 
+    /// When to retry in place (`[retry]`).
     pub fn retry(&self) -> &RetryPolicy {
         &self.config.retry
     }
 
+    /// How routes are ordered and rested (`[ordering]`).
     pub fn ordering(&self) -> &Ordering {
         &self.config.ordering
     }
 
+    /// When a route's breaker opens (`[breaker]`).
     pub fn breaker(&self) -> &BreakerPolicy {
         &self.config.breaker
     }
 
+    /// The upstream's time limits (`[upstream]`).
     pub fn timeouts(&self) -> &Timeouts {
         &self.config.timeouts
     }
