@@ -8,8 +8,8 @@
 //! …` and exits non-zero on any failure.
 //!
 //! Run: `cargo bench --bench load` (full, about 10 minutes, 8.5 of them
-//! the latency phase), `-- --quick` (about 3.5 minutes), `-- --ci` (the soak and the idle phase, small, about
-//! 35 s). Options: `--streams N` `--seconds S` (soak per leg) `--turns N`
+//! the latency phase), `-- --quick` (about 3.5 minutes), `-- --ci` (the
+//! soak and the idle phase, small, about 35 s). Options: `--streams N` `--seconds S` (soak per leg) `--turns N`
 //! `--path compressor|bare|direct|both` `--phases
 //! soak,latency,streams,idle` `--big-streams N` `--streams-direct`
 //! `--samples N` `--idle-sockets N` `--rss-sockets N` `--seed N`
