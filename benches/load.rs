@@ -7,7 +7,7 @@
 //! with 1,000 idle sockets open). Prints `VERDICT ok …` or `VERDICT FAIL
 //! …` and exits non-zero on any failure.
 //!
-//! Run: `cargo bench --bench load` (full, about 10 minutes, 8.5 of them
+//! Run: `cargo bench --bench load` (full, about 11 minutes, 9 of them
 //! the latency phase), `-- --quick` (about 3.5 minutes), `-- --ci` (the
 //! soak and the idle phase, small, about 35 s). Options: `--streams N` `--seconds S` (soak per leg) `--turns N`
 //! `--path compressor|bare|direct|both` `--phases

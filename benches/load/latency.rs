@@ -46,9 +46,15 @@ use shimgate_testkit::upstream::{last_request_ns, now_ns, Options, Recorded, Rep
 pub const PIECES: usize = 16;
 /// Pause between pieces: a fast model's token rate.
 const PACE: Duration = Duration::from_millis(1);
-/// Rounds the modes take turns in, so drift on a shared machine hits all
-/// of them alike.
+/// Rounds the modes take turns in, at the least, so drift on a shared
+/// machine hits all of them alike.
 const ROUNDS: usize = 5;
+/// Timed calls a worker makes in one turn, at the most: twenty streamed
+/// answers take about 0.4 s, so a noisy spell of the shared host (it
+/// lasts seconds) spans turns of every mode instead of landing in one
+/// mode's turn, as it did with five rounds of 200 answers
+/// (`benches/README.md`, "2026-12-03 (15:00 UTC)").
+const TURN: usize = 20;
 
 /// Streamed answers per mode and wire are the samples over this: a p99
 /// of 300 (a tenth) was the third-worst figure, and one stall on the
@@ -704,22 +710,34 @@ async fn measure(t: &Lineup<'_>, case: Case, level: usize, samples: usize) -> Ro
     let mut cpu: HashMap<Mode, Duration> = HashMap::new();
     let mut kernel: HashMap<Mode, (u64, u64)> = HashMap::new();
     let mut calls = 0usize;
-    for round in 0..=ROUNDS {
+    let rounds = per_worker.div_ceil(TURN).max(ROUNDS);
+    // Each worker keeps its connection from turn to turn: a fresh one per
+    // turn would put a connect in every twentieth sample.
+    let mut conns: HashMap<Mode, Vec<Conn>> = t
+        .modes
+        .iter()
+        .map(|&m| (m, (0..level).map(|_| Conn::new(t.addr(m, case))).collect()))
+        .collect();
+    for round in 0..=rounds {
         for &mode in t.modes {
-            let addr = t.addr(mode, case);
-            let n = if round == 0 {
-                warm
+            // After a turn of the other modes the process waited on its
+            // socket; the turn's first call wakes it and is not timed, so
+            // every timed call follows one of its own, as in one long turn.
+            let (lead, n) = if round == 0 {
+                (0, warm)
             } else {
-                per_worker.div_ceil(ROUNDS)
+                (1, per_worker.div_ceil(rounds))
             };
             let mut workers = Vec::new();
             let cpu_before = t.cpu(mode);
             let kernel_before = t.kernel(mode);
-            for _ in 0..level {
-                workers.push(tokio::spawn(worker(addr, case, n)));
+            let idle = conns.entry(mode).or_default();
+            for conn in idle.drain(..) {
+                workers.push(tokio::spawn(worker_on(conn, case, lead, n)));
             }
             for w in workers {
-                let s = w.await.unwrap_or_default();
+                let Ok((conn, s)) = w.await else { continue };
+                idle.push(conn);
                 if round > 0 {
                     let e = all.entry(mode).or_default();
                     e.first.extend(s.first);
@@ -738,7 +756,7 @@ async fn measure(t: &Lineup<'_>, case: Case, level: usize, samples: usize) -> Ro
                 k.1 += c.saturating_sub(kernel_before.1);
             }
             if round > 0 && mode == Mode::Shimgate {
-                calls += n * level;
+                calls += (lead + n) * level;
             }
         }
     }
@@ -775,8 +793,14 @@ async fn measure(t: &Lineup<'_>, case: Case, level: usize, samples: usize) -> Ro
 
 /// One virtual agent making `n` calls back to back on one connection.
 pub async fn worker(addr: SocketAddr, case: Case, n: usize) -> Samples {
-    let mut conn = Conn::new(addr);
-    let mut s = Samples::default();
+    worker_on(Conn::new(addr), case, 0, n).await.1
+}
+
+/// [`worker`] on a connection the caller keeps for its next turn, after
+/// `lead` calls it does not time (errors in them still count).
+async fn worker_on(mut conn: Conn, case: Case, lead: usize, n: usize) -> (Conn, Samples) {
+    let mut timed_calls = Samples::default();
+    let mut lead_calls = Samples::default();
     let (path, body) = match case {
         Case::Call => (
             wire::PASSTHROUGH_PATH,
@@ -793,7 +817,12 @@ pub async fn worker(addr: SocketAddr, case: Case, n: usize) -> Samples {
     };
     let body = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
     let headers = [("content-type", "application/json".to_string())];
-    for _ in 0..n {
+    for i in 0..lead + n {
+        let s = if i < lead {
+            &mut lead_calls
+        } else {
+            &mut timed_calls
+        };
         let t0 = now_ns();
         let resp = match conn.send(Method::POST, path, &headers, body.clone()).await {
             Ok(r) => r,
@@ -840,5 +869,6 @@ pub async fn worker(addr: SocketAddr, case: Case, n: usize) -> Samples {
             }
         }
     }
-    s
+    timed_calls.errors += lead_calls.errors;
+    (conn, timed_calls)
 }
