@@ -736,7 +736,13 @@ async fn measure(t: &Lineup<'_>, case: Case, level: usize, samples: usize) -> Ro
                 workers.push(tokio::spawn(worker_on(conn, case, lead, n)));
             }
             for w in workers {
-                let Ok((conn, s)) = w.await else { continue };
+                let Ok((conn, s)) = w.await else {
+                    // A worker that panicked is an error of its mode, and
+                    // its place takes a fresh connection next turn.
+                    all.entry(mode).or_default().errors += 1;
+                    idle.push(Conn::new(t.addr(mode, case)));
+                    continue;
+                };
                 idle.push(conn);
                 if round > 0 {
                     let e = all.entry(mode).or_default();
