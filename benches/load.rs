@@ -32,6 +32,8 @@ mod findings;
 mod forwarder;
 #[path = "load/gate.rs"]
 mod gate;
+#[path = "load/host.rs"]
+mod host;
 #[path = "load/idle.rs"]
 mod idle;
 #[path = "load/judge.rs"]

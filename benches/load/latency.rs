@@ -38,6 +38,7 @@ use serde_json::json;
 use super::agent::{collect, timed, Conn};
 use super::findings::Findings;
 use super::gate::{self, Proc};
+use super::host;
 use super::stats::{us, Summary};
 use super::wire::{self, Answer, Wire};
 use shimgate_testkit::upstream::{last_request_ns, now_ns, Options, Recorded, Reply, Upstream};
@@ -145,24 +146,8 @@ pub struct LatencyReport {
     /// The share of the VM's CPU time its host took for others during the
     /// phase (`None` off Linux or without the figure).
     steal: Option<f64>,
-}
-
-/// `/proc/stat`'s first line: (steal, all) ticks of every CPU since boot.
-/// Steal is time the hypervisor ran someone else while this VM had work:
-/// on a shared host it is what makes one run's tails unlike the next's.
-/// All = user through steal (the guest fields after them are already in
-/// user).
-fn cpu_ticks() -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let fields: Vec<u64> = stat
-        .lines()
-        .next()?
-        .split_whitespace()
-        .skip(1)
-        .take(8)
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    Some((*fields.get(7)?, fields.iter().sum()))
+    /// How the guest's idle CPUs wait ([`host::idle_wait`]).
+    idle_wait: Option<String>,
 }
 
 struct Row {
@@ -387,6 +372,11 @@ impl LatencyReport {
                 share * 100.0
             );
         }
+        if let Some(idle) = &self.idle_wait {
+            println!(
+                "idle CPUs: {idle} (on the VMs of benches/README.md, waking a halted CPU took 40–57 µs at p50, a polling one 5–8)"
+            );
+        }
     }
 
     /// The verdict line's part: every ratio.
@@ -396,9 +386,11 @@ impl LatencyReport {
             .iter()
             .map(|q| format!("{} {}", q.what, q.text()))
             .collect();
-        let steal = self.steal.map_or(String::new(), |s| {
-            format!(" (host steal {:.2} %)", s * 100.0)
-        });
+        let steal = match (self.steal, &self.idle_wait) {
+            (Some(s), Some(idle)) => format!(" (host steal {:.2} %; idle CPUs: {idle})", s * 100.0),
+            (Some(s), None) => format!(" (host steal {:.2} %)", s * 100.0),
+            (None, _) => String::new(),
+        };
         format!(
             "latency ratios to bare (target ≤ {TARGET_RATIO_TO_BARE}){steal}: {}",
             parts.join(", ")
@@ -422,7 +414,7 @@ pub async fn run(samples: usize, paths: &[LatPath]) -> LatencyReport {
     .await;
     let mut rows = Vec::new();
     let mut rss_kib = 0;
-    let ticks_before = cpu_ticks();
+    let ticks_before = host::cpu_ticks();
     if paths.contains(&LatPath::Direct) {
         let bare = gate::bare_forwarder(&up.url()).await;
         let gate = gate::serve(
@@ -474,11 +466,8 @@ pub async fn run(samples: usize, paths: &[LatPath]) -> LatencyReport {
         ratios,
         findings,
         rss_kib,
-        steal: ticks_before
-            .zip(cpu_ticks())
-            .and_then(|((s0, a0), (s1, a1))| {
-                (a1 > a0).then(|| s1.saturating_sub(s0) as f64 / (a1 - a0) as f64)
-            }),
+        steal: host::steal_between(ticks_before, host::cpu_ticks()),
+        idle_wait: host::idle_wait(),
     }
 }
 
