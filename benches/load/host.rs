@@ -4,10 +4,10 @@
 //!
 //! The second matters on a VM. With the `haltpoll` idle driver and
 //! `guest_halt_poll_ns` at 0 (as this workplace's VMs boot), an idle vCPU
-//! halts at once, and waking it for the next request took the host 40–57 µs
-//! at p50, against 5–8 µs when the guest polls first (the mainline default,
+//! halts at once, and waking it for the next request took the host 40–51 µs
+//! at p50, against 5 µs when the guest polls first (the mainline default,
 //! 200 µs). At concurrency 1 about half of every proxy's wakes find an idle
-//! CPU, so that wait is most of what a hop adds at p50 and it varies from
+//! CPU, so that wait is about half of what a hop adds at p50 and it varies from
 //! run to run (`benches/README.md`, "2026-12-03 (20:30 UTC)"). The load tool
 //! only reports the setting; changing it is the machine owner's call.
 

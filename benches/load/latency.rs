@@ -374,7 +374,7 @@ impl LatencyReport {
         }
         if let Some(idle) = &self.idle_wait {
             println!(
-                "idle CPUs: {idle} (on the VMs of benches/README.md, waking a halted CPU took 40–57 µs at p50, a polling one 5–8)"
+                "idle CPUs: {idle} (on the VMs of benches/README.md, waking a halted CPU took 40–51 µs at p50, a polling one 5)"
             );
         }
     }
