@@ -7,9 +7,9 @@
 //! halts at once, and waking it for the next request took the host 40–51 µs
 //! at p50, against 5 µs when the guest polls first (the mainline default,
 //! 200 µs). At concurrency 1 about half of every proxy's wakes find an idle
-//! CPU, so that wait is about half of what a hop adds at p50 and it varies from
-//! run to run (`benches/README.md`, "2026-12-03 (20:30 UTC)"). The load tool
-//! only reports the setting; changing it is the machine owner's call.
+//! CPU, so that wait is about half of what a hop adds at p50, and it varies
+//! from run to run (`benches/README.md`, "2026-12-03 (20:30 UTC)"). The load
+//! tool only reports the setting; changing it is the machine owner's call.
 
 /// `/proc/stat`'s first line: (steal, all) ticks of every CPU since boot.
 /// Steal is time the hypervisor ran someone else while this VM had work:

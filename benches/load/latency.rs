@@ -386,13 +386,22 @@ impl LatencyReport {
             .iter()
             .map(|q| format!("{} {}", q.what, q.text()))
             .collect();
-        let steal = match (self.steal, &self.idle_wait) {
-            (Some(s), Some(idle)) => format!(" (host steal {:.2} %; idle CPUs: {idle})", s * 100.0),
-            (Some(s), None) => format!(" (host steal {:.2} %)", s * 100.0),
-            (None, _) => String::new(),
+        let machine: Vec<String> = [
+            self.steal.map(|s| format!("host steal {:.2} %", s * 100.0)),
+            self.idle_wait
+                .as_ref()
+                .map(|idle| format!("idle CPUs: {idle}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let machine = if machine.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", machine.join("; "))
         };
         format!(
-            "latency ratios to bare (target ≤ {TARGET_RATIO_TO_BARE}){steal}: {}",
+            "latency ratios to bare (target ≤ {TARGET_RATIO_TO_BARE}){machine}: {}",
             parts.join(", ")
         )
     }
