@@ -11,6 +11,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod autostart;
 pub mod chain;
 pub mod clock;
 pub mod cmd;

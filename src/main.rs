@@ -13,6 +13,8 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve { config } => serve::serve(config.as_deref()),
         Command::CheckConfig { file } => serve::check_config(&file),
+        Command::Paths { config } => shimgate::cmd::paths::run(config.as_deref()),
+        Command::Autostart { action } => shimgate::cmd::autostart::run(action),
         Command::Frames { include_incomplete } => {
             shimgate::cmd::frames::run_stdio(include_incomplete)
         }

@@ -31,9 +31,23 @@ pub enum LogFormat {
 pub enum Command {
     /// Run the shim listeners.
     Serve {
-        /// Config file (default: ./shimgate.toml if present, else built-in defaults).
+        /// Config file (default: ./shimgate.toml if present, else the
+        /// per-user config file, else built-in defaults).
         #[arg(short, long)]
         config: Option<PathBuf>,
+    },
+    /// Print the config file, state dir, secrets and route state file
+    /// `serve` would use.
+    Paths {
+        /// Config file (default: as `serve` finds it).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
+    /// Start `shimgate serve` at login, for this user only (opt-in,
+    /// reversible).
+    Autostart {
+        #[command(subcommand)]
+        action: AutostartAction,
     },
     /// Validate a config file; exit 2 with the key path on failure.
     CheckConfig {
@@ -88,6 +102,28 @@ pub enum Command {
         /// Report frame problems instead of translating.
         #[arg(long)]
         check: bool,
+    },
+}
+
+/// What `autostart` does.
+#[derive(Debug, Subcommand)]
+pub enum AutostartAction {
+    /// Install the per-user entry that runs `shimgate serve --config FILE`
+    /// at login.
+    Enable {
+        /// Config file the entry runs with (default: as `serve` finds it
+        /// now, made absolute).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
+    /// Remove exactly what `enable` installed.
+    Disable,
+    /// Say what is installed and whether a shimgate answers on the listener.
+    Status {
+        /// Config file whose listener to ask (default: the one the
+        /// installed entry names).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
     },
 }
 

@@ -1,14 +1,15 @@
 //! `shimgate serve` and `shimgate check-config`: load the config, start the
 //! listeners, react to signals.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
-use tracing::{error, info, warn};
+use tracing::info;
 use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::cmd::cli::LogFormat;
-use crate::config::{Config, ConfigError, DEFAULT_CONFIG_FILE};
+use crate::cmd::stop::Stop;
+use crate::config::{paths, Config, ConfigError};
 use crate::server::{self, SHUTDOWN_GRACE};
 
 /// Exit code for an invalid config.
@@ -44,18 +45,18 @@ pub fn log_subscriber(
     }
 }
 
-/// Which config `serve` uses: `--config`, else `./shimgate.toml` if present,
-/// else built-in defaults.
-pub fn resolve_config(path: Option<&Path>) -> Result<Config, ConfigError> {
+/// Which config `serve` uses: `--config`, else `./shimgate.toml`, else the
+/// per-user config file, else built-in defaults; with why (DESIGN §10).
+pub fn resolve_config(path: Option<&Path>) -> Result<(Config, String), ConfigError> {
     match path {
-        Some(p) => Config::load(p),
+        Some(p) => Ok((Config::load(p)?, "--config".to_owned())),
         None => {
-            let default = PathBuf::from(DEFAULT_CONFIG_FILE);
-            if default.exists() {
-                Config::load(&default)
-            } else {
-                Ok(Config::default())
-            }
+            let found = paths::discover_config();
+            let config = match found.file() {
+                Some(file) => Config::load(file)?,
+                None => Config::default(),
+            };
+            Ok((config, found.reason()))
         }
     }
 }
@@ -87,8 +88,8 @@ pub fn check_config(path: &Path) -> ExitCode {
 
 /// `shimgate serve`.
 pub fn serve(path: Option<&Path>) -> ExitCode {
-    let config = match resolve_config(path) {
-        Ok(c) => c,
+    let (config, why) = match resolve_config(path) {
+        Ok(found) => found,
         Err(e) => {
             eprintln!("shimgate: config error: {e}");
             return ExitCode::from(EXIT_CONFIG);
@@ -98,11 +99,9 @@ pub fn serve(path: Option<&Path>) -> ExitCode {
         // A stable line on stdout, like `listening`, so a user sees which
         // file was loaded.
         Some(path) => println!("config {}", path.display()),
-        None => {
-            println!("config none (built-in defaults)");
-            info!("no config file: built-in defaults (both shims on their default ports, direct mode)");
-        }
+        None => println!("config none ({why})"),
     }
+    info!(found_by = %why, state_dir = %config.state_dir.display(), "config");
     let runtime = match runtime(config.client.workers) {
         Ok(r) => r,
         Err(e) => {
@@ -152,57 +151,3 @@ pub fn runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
 
 /// What the runtime's threads are called.
 pub const WORKER_THREAD_NAME: &str = "shimgate-worker";
-
-/// The signals `serve` reacts to: TERM and INT stop, HUP reloads.
-struct Stop {
-    #[cfg(unix)]
-    signals: Option<[tokio::signal::unix::Signal; 3]>,
-}
-
-impl Stop {
-    #[cfg(unix)]
-    fn install() -> Stop {
-        use tokio::signal::unix::{signal, SignalKind};
-        let signals = match (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::hangup()),
-        ) {
-            (Ok(term), Ok(int), Ok(hup)) => Some([term, int, hup]),
-            _ => {
-                error!("cannot install signal handlers; stopping on ctrl-c only");
-                None
-            }
-        };
-        Stop { signals }
-    }
-
-    #[cfg(not(unix))]
-    fn install() -> Stop {
-        Stop {}
-    }
-
-    /// Waits for a stop signal, reloading the config on each HUP.
-    #[cfg(unix)]
-    async fn wait(self, running: &server::Running) {
-        let Some([mut term, mut int, mut hup]) = self.signals else {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        };
-        loop {
-            tokio::select! {
-                _ = term.recv() => return,
-                _ = int.recv() => return,
-                _ = hup.recv() => match running.app.reload() {
-                    Ok(_) => info!("config reloaded (SIGHUP)"),
-                    Err(e) => warn!(error = %e, "config reload rejected; the old config stays"),
-                },
-            }
-        }
-    }
-
-    #[cfg(not(unix))]
-    async fn wait(self, _running: &server::Running) {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-}

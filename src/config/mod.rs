@@ -6,6 +6,7 @@
 //! fills defaults. Both stages run before any socket is bound.
 
 pub mod edit;
+pub mod paths;
 pub mod raw;
 
 use std::net::SocketAddr;
@@ -16,6 +17,7 @@ use http::header::{HeaderName, HeaderValue};
 use shimgate_shim_api::FailureCode;
 
 use crate::registry::{self, Facts};
+pub use paths::{default_state_dir, expand_home};
 use raw::{RawConfig, RawRoute, RawShim};
 
 /// Retries per route after the first try.
@@ -382,28 +384,6 @@ pub struct Config {
     pub shims: Vec<ShimConfig>,
 }
 
-/// `$XDG_STATE_HOME/shimgate`, else `~/.local/state/shimgate`, else
-/// `./.shimgate-state` when neither variable is set.
-pub fn default_state_dir() -> PathBuf {
-    let from = |var: &str| {
-        std::env::var_os(var)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    from("XDG_STATE_HOME")
-        .map(|d| d.join("shimgate"))
-        .or_else(|| from("HOME").map(|h| h.join(".local/state/shimgate")))
-        .unwrap_or_else(|| PathBuf::from(".shimgate-state"))
-}
-
-/// A `~/…` path with the home directory put in.
-fn expand_home(path: &str) -> PathBuf {
-    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
-        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
-        _ => PathBuf::from(path),
-    }
-}
-
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -482,8 +462,9 @@ impl Config {
             .map_err(|e| ConfigError::at("", format!("cannot read {}: {e}", path.display())))?;
         let mut config = Config::from_toml(&text)?;
         // Absolute, so `/status`, the log and a reload name the same file
-        // whatever the working directory.
-        config.source = Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()));
+        // whatever the working directory; as written (no symlink resolved,
+        // no `\\?\` prefix on Windows).
+        config.source = Some(paths::shown(path));
         Ok(config)
     }
 

@@ -125,9 +125,15 @@ fn still_open(io: &Io) -> bool {
         Io::Tcp(s) => s,
         Io::Tls(s) => s.get_ref().0,
     };
+    // The socket is non-blocking (tokio's); on Unix DONTWAIT says so again
+    // for this call alone, Windows has no such flag and needs none.
+    #[cfg(unix)]
+    let flags = RecvFlags::PEEK | RecvFlags::DONTWAIT;
+    #[cfg(windows)]
+    let flags = RecvFlags::PEEK;
     let mut byte = [0u8; 1];
     matches!(
-        rustix::net::recv(tcp, &mut byte[..], RecvFlags::PEEK | RecvFlags::DONTWAIT),
+        rustix::net::recv(tcp, &mut byte[..], flags),
         Err(rustix::io::Errno::WOULDBLOCK)
     )
 }

@@ -1,0 +1,110 @@
+//! Start at login, opt-in and reversible (DESIGN §10): one per-user entry
+//! that runs `shimgate serve --config FILE`, installed only when asked
+//! (`shimgate autostart enable`) and removed exactly (`disable`): the
+//! most repeated complaint about local daemons is autostart that cannot be
+//! turned off (research/desktop.md §1).
+//!
+//! Each OS's entry is a module: a systemd user unit on Linux, a
+//! LaunchAgent plist on macOS, a `HKCU\…\Run` value on Windows. The two
+//! file-based ones are plain files and build everywhere (their content is
+//! tested on every OS); the registry one only on Windows. A per-user
+//! entry, not a system service: a service cannot see the user's folders or
+//! proxy settings.
+
+pub mod launchd;
+#[cfg(windows)]
+pub mod run_key;
+pub mod systemd;
+
+use std::path::{Path, PathBuf};
+
+/// What every entry marks itself with, so `disable` removes only its own.
+pub const MARKER: &str =
+    "installed by `shimgate autostart enable`; `shimgate autostart disable` removes it";
+
+/// The command an entry runs at login.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launch {
+    /// The shimgate binary, absolute.
+    pub exe: PathBuf,
+    /// The config file, absolute; `None` runs with what `serve` finds then
+    /// (the per-user config file, else defaults).
+    pub config: Option<PathBuf>,
+}
+
+impl Launch {
+    /// The arguments after the binary.
+    pub fn args(&self) -> Vec<String> {
+        let mut args = vec!["serve".to_owned()];
+        if let Some(config) = &self.config {
+            args.push("--config".to_owned());
+            args.push(config.display().to_string());
+        }
+        args
+    }
+}
+
+/// What is installed where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Installed {
+    /// Nothing at `at`.
+    Nothing { at: String },
+    /// Our entry at `at`, running `command`; `config` is the file it names.
+    Ours {
+        at: String,
+        command: String,
+        config: Option<PathBuf>,
+    },
+    /// Something at `at` that `enable` did not write: left alone.
+    Foreign { at: String },
+}
+
+/// One OS's kind of entry.
+pub trait Entry {
+    /// Installs (or replaces our own) entry; returns where it is.
+    fn enable(&self, launch: &Launch) -> std::io::Result<String>;
+    /// Removes what `enable` installed; returns what was removed (empty
+    /// when nothing of ours was there).
+    fn disable(&self) -> std::io::Result<Vec<String>>;
+    /// What is installed.
+    fn status(&self) -> Installed;
+    /// What a user runs to start it now, without logging in again.
+    fn start_now_hint(&self) -> &'static str;
+}
+
+/// This OS's entry, rooted at the user's folders.
+pub fn for_this_os() -> Result<Box<dyn Entry>, String> {
+    let home = dirs::home_dir().ok_or("no home folder known for this user")?;
+    #[cfg(windows)]
+    {
+        let _ = home;
+        Ok(Box::new(run_key::RunKey))
+    }
+    #[cfg(target_os = "macos")]
+    {
+        Ok(Box::new(launchd::LaunchAgent::in_home(&home)))
+    }
+    #[cfg(not(any(windows, target_os = "macos")))]
+    {
+        let config = dirs::config_dir().unwrap_or_else(|| home.join(".config"));
+        Ok(Box::new(systemd::UserUnit::in_config_dir(&config)))
+    }
+}
+
+/// The config named after `--config` in an entry's command, for `status`.
+pub fn config_in(args: &[String]) -> Option<PathBuf> {
+    args.iter()
+        .position(|a| a == "--config")
+        .and_then(|i| args.get(i + 1))
+        .map(PathBuf::from)
+}
+
+/// Writes `text` to `file` through a temporary file and a rename, its
+/// folder created when missing.
+pub(crate) fn write_file(file: &Path, text: &str) -> std::io::Result<()> {
+    let dir = file.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".shimgate-autostart.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, file)
+}

@@ -1,0 +1,118 @@
+//! Windows: a value named `shimgate` under
+//! `HKCU\Software\Microsoft\Windows\CurrentVersion\Run`, which Windows runs
+//! at the user's logon. Ours is recognised by its command: the quoted path
+//! of a `shimgate.exe` followed by `serve`; anything else under that name is
+//! left alone.
+
+use winreg::enums::{HKEY_CURRENT_USER, KEY_READ, KEY_SET_VALUE};
+use winreg::RegKey;
+
+use super::{config_in, Entry, Installed, Launch};
+
+/// The Run key, under HKCU.
+pub const RUN_KEY: &str = r"Software\Microsoft\Windows\CurrentVersion\Run";
+/// The value's name.
+pub const VALUE: &str = "shimgate";
+
+/// The per-user Run value.
+pub struct RunKey;
+
+/// One word of the command line, quoted for Windows' argument rules.
+fn quoted(word: &str) -> String {
+    format!("\"{}\"", word.replace('"', "\\\""))
+}
+
+/// The value's data.
+pub fn command_line(launch: &Launch) -> String {
+    let mut words = vec![quoted(&launch.exe.display().to_string())];
+    words.extend(launch.args().iter().map(|a| quoted(a)));
+    words.join(" ")
+}
+
+/// The words of a command line we wrote.
+fn words(line: &str) -> Vec<String> {
+    line.split('"')
+        .enumerate()
+        .filter(|(i, _)| i % 2 == 1)
+        .map(|(_, w)| w.to_owned())
+        .collect()
+}
+
+fn is_ours(line: &str) -> bool {
+    let w = words(line);
+    w.len() >= 2 && w[0].to_ascii_lowercase().ends_with("shimgate.exe") && w[1] == "serve"
+}
+
+fn at() -> String {
+    format!(r"HKCU\{RUN_KEY}\{VALUE}")
+}
+
+impl Entry for RunKey {
+    fn enable(&self, launch: &Launch) -> std::io::Result<String> {
+        if let Installed::Foreign { at } = self.status() {
+            return Err(std::io::Error::other(format!(
+                "{at} exists and was not written by shimgate: left alone"
+            )));
+        }
+        let (key, _) = RegKey::predef(HKEY_CURRENT_USER).create_subkey(RUN_KEY)?;
+        key.set_value(VALUE, &command_line(launch))?;
+        Ok(at())
+    }
+
+    fn disable(&self) -> std::io::Result<Vec<String>> {
+        if !matches!(self.status(), Installed::Ours { .. }) {
+            return Ok(Vec::new());
+        }
+        let key =
+            RegKey::predef(HKEY_CURRENT_USER).open_subkey_with_flags(RUN_KEY, KEY_SET_VALUE)?;
+        key.delete_value(VALUE)?;
+        Ok(vec![at()])
+    }
+
+    fn status(&self) -> Installed {
+        let value: Option<String> = RegKey::predef(HKEY_CURRENT_USER)
+            .open_subkey_with_flags(RUN_KEY, KEY_READ)
+            .and_then(|k| k.get_value(VALUE))
+            .ok();
+        match value {
+            None => Installed::Nothing { at: at() },
+            Some(line) if is_ours(&line) => {
+                let w = words(&line);
+                Installed::Ours {
+                    at: at(),
+                    command: w.join(" "),
+                    config: config_in(&w),
+                }
+            }
+            Some(_) => Installed::Foreign { at: at() },
+        }
+    }
+
+    fn start_now_hint(&self) -> &'static str {
+        "start it from a console: shimgate serve (or log off and on)"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn the_command_line_quotes_each_word_and_reads_back() {
+        let launch = Launch {
+            exe: PathBuf::from(r"C:\Program Files\shimgate\shimgate.exe"),
+            config: Some(PathBuf::from(
+                r"C:\Users\u\AppData\Roaming\shimgate\shimgate.toml",
+            )),
+        };
+        let line = command_line(&launch);
+        assert_eq!(
+            line,
+            r#""C:\Program Files\shimgate\shimgate.exe" "serve" "--config" "C:\Users\u\AppData\Roaming\shimgate\shimgate.toml""#
+        );
+        assert!(is_ours(&line));
+        assert!(!is_ours(r#""C:\other.exe" "serve""#));
+        assert_eq!(config_in(&words(&line)), launch.config);
+    }
+}
