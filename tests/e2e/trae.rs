@@ -316,6 +316,9 @@ async fn prompt_too_long_4022_reaches_the_agent_as_its_own_error_without_switchi
 
 #[tokio::test]
 async fn a_trae_port_in_use_shows_start_error_while_qoder_serves() {
+    if crate::support::bin::skip_for_external("builds its config in code") {
+        return;
+    }
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let mut cfg = shimgate::config::Config::default();
     cfg.shim_mut("trae").unwrap().listen = taken.local_addr().unwrap();

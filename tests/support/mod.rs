@@ -1,5 +1,8 @@
 //! Shared pieces of the end-to-end tests: a scripted upstream, an HTTP
-//! client, and shimgate itself started in-process on port 0.
+//! client, and shimgate itself started in-process on port 0 — or, when
+//! `SHIMGATE_BIN` names a binary (`.ci/windows`: `shimgate.exe` under
+//! Wine), that binary as a child process with the same config, so the same
+//! tests drive it over the same sockets (`Gate::binary`).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod bili;
@@ -20,19 +23,32 @@ use std::time::Duration;
 use shimgate::config::Config;
 use shimgate::server::{self, Running};
 
-/// shimgate running in this process, both listeners on free ports.
+/// shimgate running in this process (or as `SHIMGATE_BIN`), both
+/// listeners on free ports.
 pub struct Gate {
     pub running: Option<Running>,
     pub qoder: String,
     pub trae: String,
     /// The test-only OpenAI shim's listener (empty unless enabled).
     pub openai: String,
+    /// The child process when `SHIMGATE_BIN` is set.
+    child: Option<Child>,
+}
+
+/// A gate run as `SHIMGATE_BIN`: the process, its config file, their folder.
+struct Child {
+    served: bin::Served,
+    file: std::path::PathBuf,
+    _dir: bin::TempDir,
 }
 
 impl Gate {
     /// Starts shimgate with a config given as TOML (listen addresses are
     /// replaced by port 0).
     pub async fn start(toml: &str) -> Gate {
+        if bin::external().is_some() {
+            return Gate::binary(toml).await;
+        }
         let mut config = Config::from_toml(toml).expect("test config");
         config.listen_on_free_ports();
         Gate::start_config(config).await
@@ -59,6 +75,32 @@ impl Gate {
             trae: url("trae"),
             openai: url("openai"),
             running: Some(running),
+            child: None,
+        }
+    }
+
+    /// `SHIMGATE_BIN serve` on `toml` written to a file, its listeners on
+    /// free ports and, as in-process gates, no route state file unless the
+    /// test asks for `[state]`.
+    async fn binary(toml: &str) -> Gate {
+        let dir = bin::tempdir();
+        let file = dir.join("shimgate.toml");
+        let (text, shims) = binary_toml(toml, None);
+        std::fs::write(&file, text).unwrap();
+        let f = file.clone();
+        let served = tokio::task::spawn_blocking(move || bin::Served::start_with(&f, &shims))
+            .await
+            .unwrap();
+        Gate {
+            running: None,
+            qoder: served.qoder.clone(),
+            trae: served.trae.clone(),
+            openai: String::new(),
+            child: Some(Child {
+                served,
+                file,
+                _dir: dir,
+            }),
         }
     }
 
@@ -66,6 +108,12 @@ impl Gate {
     /// (the proxy needs the shim's port and the shim the proxy's, so the
     /// shim starts first and is then reconfigured).
     pub fn use_compressor(&self, compressor: &str, base: &str) {
+        if let Some(child) = &self.child {
+            return self.reload_binary(
+                child,
+                &format!("[compressor]\nurl = \"{compressor}\"\n{base}"),
+            );
+        }
         let mut cfg =
             Config::from_toml(&format!("[compressor]\nurl = \"{compressor}\"\n{base}")).unwrap();
         cfg.listen_on_free_ports();
@@ -100,12 +148,67 @@ impl Gate {
         client::get(&format!("{base}/status")).await.json()
     }
 
-    /// Stops the listeners with a grace period.
+    /// Rewrites the child's config file (its listeners where they are) and
+    /// has it reload: `POST /reload`, the way that works on every OS.
+    fn reload_binary(&self, child: &Child, toml: &str) {
+        let strip = |u: &str| u.trim_start_matches("http://").to_owned();
+        let (text, _) = binary_toml(toml, Some((&strip(&self.qoder), &strip(&self.trae))));
+        std::fs::write(&child.file, text).unwrap();
+        let url = format!(
+            "{}/reload",
+            if self.qoder.is_empty() {
+                &self.trae
+            } else {
+                &self.qoder
+            }
+        );
+        let reloaded = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(client::send(http::Method::POST, &url, &[], ""))
+        })
+        .join()
+        .unwrap();
+        assert_eq!(reloaded.status, http::StatusCode::OK, "{}", reloaded.text());
+    }
+
+    /// Stops the listeners with a grace period (a child process gets the
+    /// stop signal and its own grace).
     pub async fn stop(mut self, grace: Duration) {
         if let Some(r) = self.running.take() {
             r.shutdown(grace).await;
         }
+        if let Some(child) = self.child.take() {
+            tokio::task::spawn_blocking(move || child.served.stop())
+                .await
+                .unwrap();
+        }
     }
+}
+
+/// The test's TOML for a child process: each shim's `listen` set (port 0,
+/// or where it already listens), `[state] ttl_ms = 0` unless the test has
+/// a `[state]`; with the shims that will listen.
+fn binary_toml(toml: &str, listens: Option<(&str, &str)>) -> (String, Vec<String>) {
+    let mut doc: toml_edit::DocumentMut = toml.parse().expect("test config");
+    let mut shims = Vec::new();
+    for (i, name) in ["qoder", "trae"].into_iter().enumerate() {
+        let at = match listens {
+            Some((q, t)) => [q, t][i].to_owned(),
+            None => "127.0.0.1:0".to_owned(),
+        };
+        let table = doc["shims"][name].or_insert(toml_edit::table());
+        if table.get("enabled").and_then(|v| v.as_bool()) != Some(false) {
+            shims.push(name.to_owned());
+        }
+        table["listen"] = toml_edit::value(at);
+    }
+    if doc.get("state").is_none() {
+        doc["state"]["ttl_ms"] = toml_edit::value(0);
+    }
+    (doc.to_string(), shims)
 }
 
 /// The state dir of in-process gates: one per test process, so the proxy
