@@ -149,7 +149,9 @@ fn check(page: &str, target: &str) -> Option<String> {
     }
     let fragment = fragment?;
     if resolved.extension().is_none_or(|e| e != "md") {
-        return Some(format!("{page}: {target}: a fragment on a page that is not markdown"));
+        return Some(format!(
+            "{page}: {target}: a fragment on a page that is not markdown"
+        ));
     }
     let text = std::fs::read_to_string(&resolved).unwrap();
     if anchors(&text).iter().any(|a| a == fragment) {
@@ -170,7 +172,10 @@ fn every_relative_link_in_the_docs_resolves() {
             problems.extend(check(&page, &target));
         }
     }
-    assert!(checked >= 20, "only {checked} links found: is the parser broken?");
+    assert!(
+        checked >= 20,
+        "only {checked} links found: is the parser broken?"
+    );
     assert!(problems.is_empty(), "dead links:\n{}", problems.join("\n"));
 }
 
@@ -182,7 +187,10 @@ fn slugs_follow_github_s_rules() {
         slug("What the proxy sees of the agent"),
         "what-the-proxy-sees-of-the-agent"
     );
-    assert_eq!(slug("2026-12-03 (20:30 UTC): six runs"), "2026-12-03-2030-utc-six-runs");
+    assert_eq!(
+        slug("2026-12-03 (20:30 UTC): six runs"),
+        "2026-12-03-2030-utc-six-runs"
+    );
     assert_eq!(slug("Install, from [source](x.md)"), "install-from-source");
     assert_eq!(slug("Our own HTTP/1.1 client"), "our-own-http11-client");
     assert_eq!(

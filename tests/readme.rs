@@ -131,7 +131,10 @@ fn the_offline_command_blocks_of_readme_and_docs_run() {
         ran.push((page, count));
     }
     let count = |name: &str| ran.iter().find(|(p, _)| p == name).map_or(0, |(_, n)| *n);
-    assert!(count("README.md") >= 4, "README's marked blocks went missing: {ran:?}");
+    assert!(
+        count("README.md") >= 4,
+        "README's marked blocks went missing: {ran:?}"
+    );
     assert!(
         count("docs/configuration.md") >= 1,
         "the full config example is no longer marked: {ran:?}"
