@@ -1,10 +1,11 @@
-//! README.md's command blocks that work offline run here, so the README
-//! cannot drift from the binary. A fenced block preceded by
-//! `<!-- readme-test -->` runs in bash (`set -e`) in a scratch folder with
-//! the test build of `shimgate` first on `PATH`; one preceded by
+//! The command blocks of README.md and of every `docs/*.md` page that work
+//! offline run here, so the pages cannot drift from the binary. A fenced
+//! block preceded by `<!-- readme-test -->` runs in bash (`set -e`) in a
+//! scratch folder of its page (one folder per page, blocks in page order)
+//! with the test build of `shimgate` first on `PATH`; one preceded by
 //! `<!-- readme-test: write FILE -->` is written to `FILE` there first (and,
-//! for a `.toml`, must pass `shimgate check-config`). The full config
-//! example under "Configuration" is checked the same way.
+//! for a `.toml`, must pass `shimgate check-config`): that is how the full
+//! config example of `docs/configuration.md` stays a valid config.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::Path;
@@ -45,13 +46,6 @@ fn blocks(readme: &str) -> Vec<Block> {
     out
 }
 
-/// The first ```toml block after `heading`.
-fn toml_after(readme: &str, heading: &str) -> String {
-    let from = &readme[readme.find(heading).unwrap()..];
-    let start = from.find("```toml\n").unwrap() + "```toml\n".len();
-    from[start..start + from[start..].find("```").unwrap()].to_string()
-}
-
 fn shimgate_on_path(dir: &Path) -> String {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
@@ -76,14 +70,31 @@ fn run(dir: &Path, path: &str, script: &str) -> std::process::Output {
         .unwrap()
 }
 
-#[test]
-fn the_readme_s_offline_command_blocks_run() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+/// README.md, then every `docs/*.md` page by name: (path from the clone, text).
+fn pages() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut docs: Vec<String> = std::fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".md"))
+        .map(|name| format!("docs/{name}"))
+        .collect();
+    docs.sort();
+    std::iter::once("README.md".to_string())
+        .chain(docs)
+        .map(|page| {
+            let text = std::fs::read_to_string(root.join(&page)).unwrap();
+            (page, text)
+        })
+        .collect()
+}
+
+/// Runs one page's marked blocks in a scratch folder of its own; how many ran.
+fn run_page(page: &str, text: &str) -> usize {
     let dir = tempfile::tempdir().unwrap();
     let path = shimgate_on_path(dir.path());
-    let found = blocks(&readme);
-    assert!(found.len() >= 4, "the marked blocks went missing");
+    let found = blocks(text);
+    let count = found.len();
     for block in found {
         match block {
             Block::Write(file, body) => {
@@ -92,7 +103,7 @@ fn the_readme_s_offline_command_blocks_run() {
                     let out = run(dir.path(), &path, &format!("shimgate check-config {file}"));
                     assert!(
                         out.status.success(),
-                        "{file}: {}",
+                        "{page}: {file}: {}",
                         String::from_utf8_lossy(&out.stderr)
                     );
                 }
@@ -101,7 +112,7 @@ fn the_readme_s_offline_command_blocks_run() {
                 let out = run(dir.path(), &path, &script);
                 assert!(
                     out.status.success(),
-                    "README block failed ({}):\n{script}\nstdout:\n{}\nstderr:\n{}",
+                    "{page}: block failed ({}):\n{script}\nstdout:\n{}\nstderr:\n{}",
                     out.status,
                     String::from_utf8_lossy(&out.stdout),
                     String::from_utf8_lossy(&out.stderr)
@@ -109,25 +120,23 @@ fn the_readme_s_offline_command_blocks_run() {
             }
         }
     }
+    count
 }
 
 #[test]
-fn the_readme_s_full_config_example_is_a_valid_config() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let path = shimgate_on_path(dir.path());
-    let example = toml_after(&readme, "## Configuration");
-    // The example's exec codec names a script the reader writes: check the
-    // rest of it with the plain codec.
-    let example = example
-        .replace("codec = \"exec\"", "codec = \"plain\"")
-        .replace("codec_command", "# codec_command");
-    std::fs::write(dir.path().join("full.toml"), example).unwrap();
-    let out = run(dir.path(), &path, "shimgate check-config full.toml");
+fn the_offline_command_blocks_of_readme_and_docs_run() {
+    let mut ran = Vec::new();
+    for (page, text) in pages() {
+        let count = run_page(&page, &text);
+        ran.push((page, count));
+    }
+    let count = |name: &str| ran.iter().find(|(p, _)| p == name).map_or(0, |(_, n)| *n);
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        count("README.md") >= 4,
+        "README's marked blocks went missing: {ran:?}"
+    );
+    assert!(
+        count("docs/configuration.md") >= 1,
+        "the full config example is no longer marked: {ran:?}"
     );
 }

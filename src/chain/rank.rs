@@ -2,7 +2,7 @@
 //! a pure function of what the chain knows of each route (disabled, its
 //! cooldown, its breaker, its measured record), the mode and the pin.
 //!
-//! The score of `measured` mode, as README states it:
+//! The score of `measured` mode, as `docs/failover.md` states it:
 //!
 //! ```text
 //! successRate = (ok + 1) / (tries + 2)            over the live samples
