@@ -51,7 +51,12 @@ pub fn plist_text(launch: &Launch, home: &Path) -> String {
         .iter()
         .map(|a| format!("        <string>{}</string>\n", xml(a)))
         .collect();
-    let log = xml(&home.join("Library/Logs/shimgate.log").display().to_string());
+    // macOS paths, written with `/` whatever OS builds the text.
+    let home = home.display().to_string();
+    let log = xml(&format!(
+        "{}/Library/Logs/shimgate.log",
+        home.trim_end_matches('/')
+    ));
     format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
          <!DOCTYPE plist PUBLIC \"-//Apple//DTD PLIST 1.0//EN\" \"http://www.apple.com/DTDs/PropertyList-1.0.dtd\">\n\

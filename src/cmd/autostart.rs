@@ -110,6 +110,13 @@ fn status(installed: Installed, config: Option<PathBuf>) -> ExitCode {
         }
     };
     for shim in config.shims.iter().filter(|s| s.enabled) {
+        if shim.listen.port() == 0 {
+            println!(
+                "listener {} {}: a free port picked at start, not asked",
+                shim.name, shim.listen
+            );
+            continue;
+        }
         let answer = match ask_status(shim.listen) {
             Some(version) => format!("a shimgate answers (version {version})"),
             None => "nothing answers".to_owned(),

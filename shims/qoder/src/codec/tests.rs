@@ -162,6 +162,10 @@ fn run_script(lines: &[Value], secret: Option<&str>) -> Vec<Value> {
 }
 
 #[test]
+#[cfg_attr(
+    windows,
+    ignore = "runs python3, a Unix tool: built for Windows, these run under Wine, which cannot start it"
+)]
 fn python_test_codec_output_decodes_and_verifies() {
     let ask = json!({"request_id": "r-1", "model_config": {"key": "qmodel"}, "messages": [{"role": "user", "content": "héllo \"quoted\" 😀"}]});
     let path =
@@ -191,6 +195,10 @@ fn python_test_codec_output_decodes_and_verifies() {
 }
 
 #[test]
+#[cfg_attr(
+    windows,
+    ignore = "runs python3, a Unix tool: built for Windows, these run under Wine, which cannot start it"
+)]
 fn python_test_codec_uses_the_secret_from_the_environment() {
     let request =
         json!({"ask": {"messages": []}, "route": {"name": "r", "url": "http://h"}, "path": "/p"});
@@ -214,6 +222,10 @@ fn python_test_codec_uses_the_secret_from_the_environment() {
 }
 
 #[test]
+#[cfg_attr(
+    windows,
+    ignore = "runs python3, a Unix tool: built for Windows, these run under Wine, which cannot start it"
+)]
 fn python_test_codec_answers_bad_lines_with_an_error_and_keeps_going() {
     let replies = run_script(
         &[
