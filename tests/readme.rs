@@ -46,15 +46,30 @@ fn blocks(readme: &str) -> Vec<Block> {
     out
 }
 
+/// A `PATH` whose first folder holds `shimgate` (the binary under test),
+/// so a block's `shimgate …` runs it as a user's would.
 fn shimgate_on_path(dir: &Path) -> String {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_shimgate"), bin.join("shimgate")).unwrap();
-    format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    )
+    let exe = format!("shimgate{}", std::env::consts::EXE_SUFFIX);
+    link_or_copy(Path::new(env!("CARGO_BIN_EXE_shimgate")), &bin.join(exe));
+    let mut paths = vec![bin];
+    paths.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()));
+    std::env::join_paths(paths)
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[cfg(unix)]
+fn link_or_copy(from: &Path, to: &Path) {
+    std::os::unix::fs::symlink(from, to).unwrap();
+}
+
+/// Windows links need a privilege a user may lack: a copy does the same.
+#[cfg(windows)]
+fn link_or_copy(from: &Path, to: &Path) {
+    std::fs::copy(from, to).unwrap();
 }
 
 fn run(dir: &Path, path: &str, script: &str) -> std::process::Output {
