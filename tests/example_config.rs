@@ -12,6 +12,10 @@ fn the_sample_config_in_the_archives_checks_ok() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(text.contains(": ok (qoder 1 routes"), "{text}");
 }

@@ -54,7 +54,9 @@ fn shimgate_on_path(dir: &Path) -> String {
     let exe = format!("shimgate{}", std::env::consts::EXE_SUFFIX);
     link_or_copy(Path::new(env!("CARGO_BIN_EXE_shimgate")), &bin.join(exe));
     let mut paths = vec![bin];
-    paths.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()));
+    paths.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
     std::env::join_paths(paths)
         .unwrap()
         .to_string_lossy()
