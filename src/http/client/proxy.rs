@@ -516,6 +516,7 @@ pub async fn tunnel(proxy: &ProxyUrl, host: &str, port: u16) -> io::Result<TcpSt
     };
     match opened {
         Ok(io) => {
+            tracing::debug!(%proxy, host, port, "a tunnel through the proxy is open");
             let tcp = io.into_inner().tcp;
             tcp.set_nodelay(true)?;
             Ok(tcp)
@@ -609,6 +610,25 @@ mod tests {
         assert!(ProxySetting::parse("127.0.0.1:7890").is_err());
         assert!(ProxySetting::parse("http://h:1/path").is_err());
         assert_eq!(ProxySetting::parse("none"), Ok(ProxySetting::Direct));
+    }
+
+    #[test]
+    fn the_config_refuses_a_bad_proxy_with_its_key_path() {
+        let toml = "[[shims.qoder.routes]]\nname = \"a\"\nurl = \"https://api2.qoder.sh\"\nproxy = \"ftp://u:pw@h:21\"\n";
+        let e = crate::config::Config::from_toml(toml)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("shims.qoder.routes[0].proxy: unsupported proxy scheme \"ftp\""),
+            "{e}"
+        );
+        let e = crate::config::Config::from_toml("[upstream]\nproxy = \"http://\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("upstream.proxy: "), "{e}");
+        let ok = "[upstream]\nproxy = \"socks5h://127.0.0.1:7890\"\n";
+        let c = crate::config::Config::from_toml(ok).unwrap();
+        assert!(matches!(c.upstream_proxy, Some(ProxySetting::Via(_))));
     }
 
     #[test]
