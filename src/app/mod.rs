@@ -22,7 +22,7 @@ use crate::chain::state::ChainState;
 use crate::chain::ChainCtx;
 use crate::clock::iso8601;
 use crate::config::{Config, ConfigError};
-use crate::http::client::{self, HttpClient};
+use crate::http::client::{self, proxy, HttpClient};
 use crate::registry;
 use identity::ProxyIdentity;
 use rid::RidRegistry;
@@ -65,7 +65,8 @@ pub struct App {
 
 impl App {
     /// State for a validated config.
-    pub fn new(config: Config) -> Arc<App> {
+    pub fn new(mut config: Config) -> Arc<App> {
+        config.resolve_proxies(&proxy::Environment::read());
         let client = client::client(config.timeouts.connect);
         let identity = ProxyIdentity::load_or_create(&config.state_dir);
         let chain = Arc::new(ChainState::new());
@@ -118,7 +119,10 @@ impl App {
 
     /// Swaps in a validated config (the next request uses it; streams in
     /// flight keep the snapshot they started with).
-    pub fn replace_config(&self, config: Config) -> Arc<Config> {
+    pub fn replace_config(&self, mut config: Config) -> Arc<Config> {
+        // The environment's proxy setting is read again: a change takes
+        // effect with a reload.
+        config.resolve_proxies(&proxy::Environment::read());
         let client = client::client(config.timeouts.connect);
         let config = Arc::new(config);
         *self.live.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Live {

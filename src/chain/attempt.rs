@@ -272,7 +272,16 @@ pub async fn pre_commit(ctx: &ChainCtx, spec: &CallSpec, route: &Route) -> PreCo
 /// The attempt's upstream request: the outbound's, with the route's
 /// header overrides.
 async fn request(spec: &CallSpec, route: &Route) -> Result<Request<Bytes>, Failure> {
+    // A proxy setting shimgate cannot speak fails the attempt rather than
+    // letting it go direct.
+    if let Some(broken) = &route.via.broken {
+        return Err(Failure::new(FailureCode::Transport, broken.to_string()));
+    }
     let mut req = spec.outbound.request(route).await?;
+    if let Some(p) = &route.via.proxy {
+        req.extensions_mut()
+            .insert(crate::http::client::Through(p.clone()));
+    }
     for (name, value) in &route.headers {
         req.headers_mut().insert(name.clone(), value.clone());
     }

@@ -16,6 +16,7 @@ use std::time::Duration;
 use http::header::{HeaderName, HeaderValue};
 use shimgate_shim_api::FailureCode;
 
+use crate::http::client::proxy::{self, ProxySetting, Via};
 use crate::registry::{self, Facts};
 pub use paths::{default_state_dir, expand_home};
 use raw::{RawConfig, RawRoute, RawShim};
@@ -307,6 +308,11 @@ pub struct Route {
     pub context_tokens: Option<u64>,
     /// When it may be tried (`active_hours`, `until`; DESIGN §5).
     pub window: Window,
+    /// Its own `proxy`, as written (`None`: not set).
+    pub proxy: Option<ProxySetting>,
+    /// The proxy its connections take (its own, `[upstream] proxy` or the
+    /// environment's; `Config::from_raw` fills it).
+    pub via: Via,
 }
 
 /// A route's window (DESIGN §5 "Route windows"): the local hours it may be
@@ -380,6 +386,8 @@ pub struct Config {
     /// zero = no route state file at all.
     pub state_ttl: Duration,
     pub admin: AdminConfig,
+    /// `[upstream] proxy`.
+    pub upstream_proxy: Option<ProxySetting>,
     /// Every registered shim's section, in registry order.
     pub shims: Vec<ShimConfig>,
 }
@@ -398,6 +406,7 @@ impl Default for Config {
             state_dir: default_state_dir(),
             state_ttl: Duration::from_millis(DEFAULT_STATE_TTL_MS),
             admin: AdminConfig::default(),
+            upstream_proxy: None,
             shims: registry::facts().iter().map(ShimConfig::of).collect(),
         }
     }
@@ -494,6 +503,9 @@ impl Config {
             }
             if let Some(ms) = u.idle_timeout_ms {
                 config.timeouts.idle = positive_ms("upstream.idle_timeout_ms", ms)?;
+            }
+            if let Some(p) = u.proxy {
+                config.upstream_proxy = Some(proxy_setting("upstream.proxy", &p)?);
             }
         }
         if let Some(l) = raw.limits {
@@ -895,6 +907,10 @@ fn check_route(path: &str, raw: RawRoute) -> Result<Route, ConfigError> {
             "must be > 0, got 0",
         ));
     }
+    let proxy = match raw.proxy {
+        Some(p) => Some(proxy_setting(&format!("{path}.proxy"), &p)?),
+        None => None,
+    };
     Ok(Route {
         name,
         url,
@@ -902,7 +918,27 @@ fn check_route(path: &str, raw: RawRoute) -> Result<Route, ConfigError> {
         headers,
         context_tokens: raw.context_tokens,
         window: window_of(path, raw.active_hours, raw.until)?,
+        proxy,
+        via: Via::default(),
     })
+}
+
+/// A `proxy` key: a proxy URL or `"none"`.
+fn proxy_setting(path: &str, text: &str) -> Result<ProxySetting, ConfigError> {
+    ProxySetting::parse(text).map_err(|e| ConfigError::at(path, e))
+}
+
+impl Config {
+    /// Fills each route's [`Via`] from its own `proxy`, `[upstream] proxy`
+    /// and `env` (the environment's or system's setting).
+    pub fn resolve_proxies(&mut self, env: &proxy::Environment) {
+        let upstream = self.upstream_proxy.clone();
+        for shim in &mut self.shims {
+            for r in &mut shim.routes {
+                r.via = proxy::resolve(r.proxy.as_ref(), upstream.as_ref(), env, &r.url);
+            }
+        }
+    }
 }
 
 /// `active_hours = ["22-6", "9-12"]` and `until = "2026-12-31"`.

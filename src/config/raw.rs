@@ -86,6 +86,8 @@ pub struct RawUpstream {
     pub connect_timeout_ms: Option<u64>,
     pub first_byte_timeout_ms: Option<u64>,
     pub idle_timeout_ms: Option<u64>,
+    /// A proxy URL or `"none"` (DESIGN §10 "Networks").
+    pub proxy: Option<String>,
 }
 
 /// `[limits]`.
@@ -123,4 +125,6 @@ pub struct RawRoute {
     pub context_tokens: Option<u64>,
     pub active_hours: Option<Vec<String>>,
     pub until: Option<String>,
+    /// A proxy URL or `"none"`, over `[upstream] proxy`.
+    pub proxy: Option<String>,
 }

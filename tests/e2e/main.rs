@@ -12,6 +12,7 @@ mod chain;
 mod external;
 mod learning;
 mod lifecycle;
+mod networks;
 mod operator;
 mod panel_api;
 mod proxy_failures;

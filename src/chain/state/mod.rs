@@ -892,6 +892,8 @@ mod tests {
             headers: vec![],
             context_tokens: None,
             window: Default::default(),
+            proxy: None,
+            via: Default::default(),
         }
     }
 
@@ -1086,6 +1088,8 @@ mod learning {
             headers: vec![],
             context_tokens: None,
             window: Default::default(),
+            proxy: None,
+            via: Default::default(),
         }
     }
 

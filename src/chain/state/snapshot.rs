@@ -272,6 +272,8 @@ mod tests {
             headers: vec![],
             context_tokens: None,
             window: Default::default(),
+            proxy: None,
+            via: Default::default(),
         }
     }
 

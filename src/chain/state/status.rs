@@ -184,6 +184,12 @@ fn route_json(
     });
     if let Some(m) = row.as_object_mut() {
         m.insert("until".into(), json!(r.window.until.map(|d| d.to_string())));
+        // The proxy in effect (never its credentials) and where it came from.
+        m.insert("proxy".into(), json!(r.via.shown()));
+        m.insert(
+            "proxySource".into(),
+            json!(r.via.source.map(|s| s.as_str())),
+        );
         m.insert(
             "activeHours".into(),
             json!(r

@@ -1,6 +1,7 @@
 //! Opening a connection to an upstream: the name resolved, each address
-//! tried in turn within the connect timeout, TCP_NODELAY, and TLS (rustls,
-//! the webpki roots, ALPN `http/1.1`) for an `https` route.
+//! tried in turn within the connect timeout (or a tunnel through the
+//! route's proxy, `proxy.rs`), TCP_NODELAY, and TLS (rustls, ALPN
+//! `http/1.1`) for an `https` route.
 
 use std::io;
 use std::net::SocketAddr;
@@ -15,13 +16,19 @@ use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 use tokio_rustls::TlsConnector;
 
-/// Where a connection goes: what the pool keys its idle connections by.
+use super::proxy::ProxyUrl;
+
+/// Where a connection goes, and through which proxy: what the pool keys
+/// its idle connections by (a route through a proxy never reuses a direct
+/// connection, nor one through another proxy).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Origin {
     pub tls: bool,
     /// The host as the URI has it (an IPv6 literal without its brackets).
     pub host: Arc<str>,
     pub port: u16,
+    /// `None`: direct.
+    pub proxy: Option<Arc<ProxyUrl>>,
 }
 
 impl Origin {
@@ -43,6 +50,7 @@ impl Origin {
             tls,
             host: host.into(),
             port,
+            proxy: None,
         })
     }
 }
@@ -51,9 +59,13 @@ impl std::fmt::Display for Origin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let scheme = if self.tls { "https" } else { "http" };
         if self.host.contains(':') {
-            write!(f, "{scheme}://[{}]:{}", self.host, self.port)
+            write!(f, "{scheme}://[{}]:{}", self.host, self.port)?;
         } else {
-            write!(f, "{scheme}://{}:{}", self.host, self.port)
+            write!(f, "{scheme}://{}:{}", self.host, self.port)?;
+        }
+        match &self.proxy {
+            Some(p) => write!(f, " through proxy {p}"),
+            None => Ok(()),
         }
     }
 }
@@ -105,7 +117,10 @@ pub async fn connect(origin: &Origin, tls: &Tls, timeout: Duration) -> io::Resul
 }
 
 async fn open(origin: &Origin, tls: &Tls) -> io::Result<Io> {
-    let tcp = tcp(origin).await?;
+    let tcp = match &origin.proxy {
+        Some(proxy) => super::proxy::tunnel(proxy, &origin.host, origin.port).await?,
+        None => tcp_to(&origin.host, origin.port).await?,
+    };
     if !origin.tls {
         return Ok(Io::Tcp(tcp));
     }
@@ -120,16 +135,14 @@ async fn open(origin: &Origin, tls: &Tls) -> io::Result<Io> {
 }
 
 /// The first address of the host's that accepts, in the resolver's order.
-async fn tcp(origin: &Origin) -> io::Result<TcpStream> {
-    let addrs: Vec<SocketAddr> = match origin.host.parse::<std::net::IpAddr>() {
-        Ok(ip) => vec![SocketAddr::new(ip, origin.port)],
-        Err(_) => tokio::net::lookup_host((&*origin.host, origin.port))
-            .await?
-            .collect(),
+pub async fn tcp_to(host: &str, port: u16) -> io::Result<TcpStream> {
+    let addrs: Vec<SocketAddr> = match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => tokio::net::lookup_host((host, port)).await?.collect(),
     };
     let mut last = io::Error::new(
         io::ErrorKind::NotFound,
-        format!("{} resolved to no address", origin.host),
+        format!("{host} resolved to no address"),
     );
     for addr in addrs {
         match TcpStream::connect(addr).await {

@@ -22,6 +22,7 @@ mod body;
 mod chunked;
 mod connect;
 mod pool;
+pub mod proxy;
 mod wire;
 
 #[cfg(test)]
@@ -47,6 +48,12 @@ const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(50);
 /// The room a response head is first read into (most heads are a few
 /// hundred bytes; a longer one grows it up to [`wire::MAX_HEAD`]).
 const HEAD_READ: usize = 4096;
+
+/// A request extension: send this request through the proxy (the chain
+/// sets it from the route's setting; without it the client connects
+/// directly, as the compressor call always does).
+#[derive(Clone)]
+pub struct Through(pub Arc<proxy::ProxyUrl>);
 
 /// The upstream client; cheap to clone (the clones share one pool).
 #[derive(Clone)]
@@ -89,13 +96,14 @@ impl HttpClient {
         req: Request<Bytes>,
     ) -> Result<Response<UpstreamBody>, ClientError> {
         let (parts, body) = req.into_parts();
-        let Some(origin) = Origin::of(&parts.uri) else {
+        let Some(mut origin) = Origin::of(&parts.uri) else {
             return Err(ClientError::new(
                 Kind::Connect,
                 parts.uri.to_string(),
                 "the URL is not http:// or https:// with a host",
             ));
         };
+        origin.proxy = parts.extensions.get::<Through>().map(|t| t.0.clone());
         let head = wire::request_head(&parts, &origin, body.len());
         let io = self.send(&origin, &head, &body).await?;
         drop(head);

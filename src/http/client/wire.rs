@@ -238,6 +238,7 @@ mod tests {
             tls,
             host: host.into(),
             port,
+            proxy: None,
         }
     }
 
