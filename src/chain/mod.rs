@@ -661,6 +661,9 @@ impl Driver<'_> {
             committed_at.elapsed(),
             Now::system(),
         );
+        if meter.unreadable_frames > 0 {
+            warn!(shim, route = %leg.route.name, frames = meter.unreadable_frames, "dropped answer frames the shim could not read");
+        }
         let failure = end.err().map(|f| self.spec.secrets.scrub_failure(f));
         self.observe(leg, failure.as_ref(), Some(ttft), Now::system());
         if let Some(f) = failure.as_ref().filter(|f| f.code != FailureCode::Aborted) {

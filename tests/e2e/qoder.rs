@@ -648,3 +648,58 @@ async fn an_error_after_content_still_reaches_the_agent_through_a_bili_like_prox
     assert_eq!(errors[0]["code"], "TRANSPORT");
     assert!(proxy.violations().is_empty(), "{:?}", proxy.violations());
 }
+
+/// An answer whose second envelope's `body` is not JSON: content first,
+/// then the unreadable frame, then more content and the end.
+fn answer_with_a_non_json_body() -> Reply {
+    let frames = [
+        envelope(&role_chunk()),
+        envelope(&text_chunk("Hel")),
+        envelope("this is not json <script>"),
+        envelope(&text_chunk("lo")),
+    ];
+    let reply = frames.iter().fold(Reply::sse(), |r, f| r.chunk(f));
+    let (finish, usage) = qoder::finish_and_usage(5);
+    reply
+        .chunk(envelope(&finish))
+        .chunk(envelope(&usage))
+        .chunk(envelope("[DONE]"))
+        .hold()
+}
+
+#[tokio::test]
+async fn an_envelope_whose_body_is_not_json_reaches_neither_the_proxy_nor_the_agent() {
+    for proxied in [false, true] {
+        let up = Upstream::always(answer_with_a_non_json_body()).await;
+        let (gate, proxy) = if proxied {
+            let (gate, proxy) = with_proxy(&[&up], Options::default(), "").await;
+            (gate, Some(proxy))
+        } else {
+            (Gate::start(&routes(&[&up])).await, None)
+        };
+        let resp = send_ask(&gate, &ask(&[json!({"role": "user", "content": "hi"})])).await;
+        let text = resp.text();
+        assert!(
+            !text.contains("not json") && !text.contains("script"),
+            "proxied {proxied}: the agent read {text}"
+        );
+        assert_eq!(
+            read_answer(&resp.body),
+            ("Hello".to_string(), true, vec![]),
+            "proxied {proxied}: the answer goes on past the dropped frame"
+        );
+        if let Some(proxy) = proxy {
+            let seen = proxy.violations();
+            assert!(
+                seen.is_empty(),
+                "the proxy read a frame it could not parse: {seen:?}"
+            );
+        }
+        let route = &gate.status().await["chain"]["routes"]["qoder"][0];
+        assert_eq!(
+            route["today"]["unreadableFrames"], 1,
+            "proxied {proxied}: counted on its route: {route}"
+        );
+        assert_eq!(up.hits(), 1, "proxied {proxied}: not retried");
+    }
+}

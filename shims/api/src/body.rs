@@ -10,8 +10,8 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 use serde_json::Value;
 
+use crate::error::ShimError;
 use crate::json_scan;
-use crate::shim::ShimError;
 
 /// An OpenAI chat body: a JSON object, as text.
 #[derive(Clone, Default)]
@@ -151,7 +151,7 @@ impl OpenAiBody {
     /// [`crate::answer_shape`] of the body, read member by member.
     pub fn answer_shape(&self) -> Value {
         let mut shape = serde_json::Map::new();
-        for key in crate::shim::SHAPE_KEYS {
+        for key in crate::shape::SHAPE_KEYS {
             if let Some(v) = self.get(key) {
                 shape.insert(key.to_string(), v);
             }

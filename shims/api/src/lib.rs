@@ -6,11 +6,13 @@
 //! it turns bytes and JSON into bytes and JSON, which keeps it easy to fuzz.
 
 pub mod body;
+mod error;
 pub mod failure;
 pub mod json;
 pub mod json_scan;
 pub mod openai;
 pub mod repeat;
+mod shape;
 pub mod shim;
 pub mod sse;
 pub mod translate;

@@ -9,7 +9,9 @@
 use serde_json::Value;
 
 use crate::body::OpenAiBody;
+pub use crate::error::ShimError;
 use crate::failure::Failure;
+pub use crate::shape::{answer_shape, SHAPE_KEYS};
 use crate::translate::StreamTranslator;
 
 /// A native request folded into OpenAI form. In the [`Shim`] contract the
@@ -24,41 +26,6 @@ pub struct Folded<O, B = Value> {
     /// reads it again: its bytes and where its parts sit, or parsed).
     pub original: O,
 }
-
-/// The members of an OpenAI request an answer's translators read.
-pub const SHAPE_KEYS: [&str; 3] = ["model", "stream", "stream_options"];
-
-/// The part of an OpenAI request a return-leg translator reads (`model`,
-/// `stream`, `stream_options`): a stream keeps this, not the conversation.
-pub fn answer_shape(request: &Value) -> Value {
-    let mut shape = serde_json::Map::new();
-    for key in SHAPE_KEYS {
-        if let Some(v) = request.get(key) {
-            shape.insert(key.to_string(), v.clone());
-        }
-    }
-    Value::Object(shape)
-}
-
-/// Why a shim could not fold or restore; the runtime falls back to the
-/// original behaviour and shows the message in `lastError`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShimError(pub String);
-
-impl ShimError {
-    /// An error with a message.
-    pub fn new(message: impl Into<String>) -> Self {
-        ShimError(message.into())
-    }
-}
-
-impl std::fmt::Display for ShimError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ShimError {}
 
 /// One protocol the runtime can put in front of a compression proxy.
 ///

@@ -43,6 +43,10 @@ pub struct Meter {
     /// as their JSON strings or arrays are written), for an upstream that
     /// reports no usage.
     pub content_chars: u64,
+    /// Frames the translator could not read and dropped (a qoder envelope
+    /// whose `body` is not a chunk): counted per route in `/status`
+    /// (`today.unreadableFrames`) and logged, never passed on.
+    pub unreadable_frames: u64,
 }
 
 /// The characters of UTF-8 text (its bytes that start one).

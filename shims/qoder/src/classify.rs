@@ -46,34 +46,6 @@ pub fn upstream_error(status: Option<u16>, body: &[u8]) -> UpstreamError {
     found.finish(status)
 }
 
-/// How much of an unreadable body an error message quotes: enough to
-/// recognise an HTML error page or a stack trace, not the whole of it.
-const QUOTED_BYTES: usize = 64;
-
-/// A 200 envelope whose `body` is not a chunk (not JSON as `serde_json`
-/// reads it, or JSON but no object): the proxy could not parse the frame,
-/// so the attempt fails as `SERVER` with a message quoting the first bytes.
-pub fn unreadable_body(body: &[u8]) -> UpstreamError {
-    let why = match serde_json::from_slice::<Value>(body) {
-        Ok(_) => "is JSON but not an object".to_owned(),
-        Err(e) => format!("is not JSON ({e})"),
-    };
-    let text = String::from_utf8_lossy(body);
-    let mut cut = QUOTED_BYTES.min(text.len());
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    let more = if cut < text.len() { "…" } else { "" };
-    let quoted = text.get(..cut).unwrap_or_default();
-    let message = format!("the envelope body {why}: {quoted:?}{more}");
-    let code = FailureCode::Server.as_str().to_owned();
-    UpstreamError {
-        failure: Failure::new(FailureCode::Server, format!("qoder {message}")),
-        code,
-        message,
-    }
-}
-
 /// Reads an `event: error` frame, which may hold an envelope or a bare error.
 pub fn event_error(data: &[u8]) -> UpstreamError {
     let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(data) else {
@@ -324,36 +296,6 @@ mod tests {
         );
         assert_eq!(e.code, "context_length_exceeded");
         assert_eq!(e.failure.code, FailureCode::ContextWindowExceeded);
-    }
-
-    #[test]
-    fn unreadable_body_is_a_server_error_quoting_the_first_bytes() {
-        let page = format!("<html>{}</html>", "x".repeat(200));
-        let e = unreadable_body(page.as_bytes());
-        assert_eq!(
-            (e.code.as_str(), e.failure.code),
-            ("SERVER", FailureCode::Server)
-        );
-        assert!(
-            e.message.starts_with("the envelope body is not JSON ("),
-            "{}",
-            e.message
-        );
-        assert!(
-            e.message.contains("\"<html>xxx") && e.message.ends_with("\"…"),
-            "{}",
-            e.message
-        );
-        assert!(e.message.len() < 200, "{}", e.message);
-        let e = unreadable_body("[1]".as_bytes());
-        assert!(
-            e.message.contains("is JSON but not an object: \"[1]\""),
-            "{}",
-            e.message
-        );
-        // A cut never splits a character.
-        let e = unreadable_body("é".repeat(100).as_bytes());
-        assert!(e.message.contains(&"é".repeat(32)), "{}", e.message);
     }
 
     #[test]

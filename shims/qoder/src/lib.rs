@@ -15,6 +15,7 @@ pub mod classify;
 pub mod codec;
 pub mod cosy;
 mod envelope;
+mod fields;
 pub mod frames;
 mod memo;
 mod oneline;

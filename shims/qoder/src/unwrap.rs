@@ -7,9 +7,12 @@
 //!
 //! An envelope `body` that is not a chunk (not JSON as `serde_json` reads
 //! it, a number outside f64's range included, or JSON but no object) is
-//! never written as a `data:` line the proxy cannot parse: it becomes an
-//! in-band `SERVER` error frame quoting its first bytes, then `[DONE]`.
-//! Heartbeat bodies (`null`, `""`, `"null"`, `{}`) are still dropped and
+//! never written as a `data:` line, nor quoted to the proxy or the agent
+//! (it may be an HTML page, a stack trace, a script): it is dropped and
+//! counted ([`Meter::unreadable_frames`], per route in `/status` and in
+//! the log) and the answer goes on. An answer that is nothing else ends
+//! empty or cut, which the chain retries like any other. Heartbeat bodies
+//! (`null`, `""`, `"null"`, `{}`) are dropped without counting, and
 //! `[DONE]` still ends the stream.
 
 use std::borrow::Cow;
@@ -72,7 +75,7 @@ enum Verdict {
     Error {
         openai_shaped: bool,
     },
-    /// An envelope body that is not a chunk (see [`classify::unreadable_body`]).
+    /// An envelope body that is not a chunk: dropped and counted.
     Unreadable,
 }
 
@@ -340,10 +343,9 @@ impl Unwrapper {
                 upstream_failure(out, error)
             }
             Verdict::Unreadable => {
-                let body = out.get(body_start..).unwrap_or_default();
-                let error = classify::unreadable_body(body.trim_ascii());
                 out.truncate(frame_start);
-                upstream_failure(out, error)
+                self.meter.unreadable_frames += 1;
+                FrameClass::NotContent
             }
         }
     }
@@ -361,8 +363,8 @@ impl Unwrapper {
         let (inner, varying) = chunk::inspect_spanned(chunk);
         match inner {
             // Bare text is someone's own frame, passed on as it is; an
-            // envelope body is qoder's answer, and the proxy could not
-            // read it as a chunk.
+            // envelope body is qoder's answer, and neither the proxy nor
+            // the agent could read it as a chunk.
             Inner::NotObject if origin == Origin::Envelope => Verdict::Unreadable,
             Inner::NotObject => Verdict::Keep(FrameClass::NotContent),
             Inner::Empty | Inner::Timing => Verdict::Drop,

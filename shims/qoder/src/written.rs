@@ -28,7 +28,7 @@ use serde_json::{Map, Value};
 use shimgate_shim_api::json_scan::{self, Cursor};
 use shimgate_shim_api::{OpenAiBody, ShimError};
 
-use crate::ask::{
+use crate::fields::{
     config_key, leading_system_text, rebuild_parameters, thinking_after, DEFAULT_MODEL,
     SAMPLING_KEYS,
 };

@@ -134,6 +134,8 @@ struct Today {
     /// at every answer).
     ends: Option<SystemTime>,
     failures: u64,
+    /// Frames of this route's answers the shim could not read (dropped).
+    unreadable_frames: u64,
     prompt_tokens: u64,
     completion_tokens: u64,
 }
@@ -176,6 +178,7 @@ impl History {
     /// `streamed`, first content to end) is a sample.
     pub fn metered(&mut self, meter: Meter, streamed: Duration, now: SystemTime) {
         let today = self.today(now);
+        today.unreadable_frames += meter.unreadable_frames;
         today.prompt_tokens += meter.prompt_tokens.unwrap_or(0);
         today.completion_tokens += meter.completion_tokens.unwrap_or(0);
         let (amount, tokens) = match meter.completion_tokens {
@@ -226,6 +229,7 @@ impl History {
                 json!({
                     "since": today.since.map(iso8601),
                     "failures": today.failures,
+                    "unreadableFrames": today.unreadable_frames,
                     "promptTokens": today.prompt_tokens,
                     "completionTokens": today.completion_tokens,
                 }),
@@ -251,6 +255,7 @@ mod tests {
             prompt_tokens: prompt,
             completion_tokens: completion,
             content_chars: bytes,
+            unreadable_frames: 0,
         }
     }
 

@@ -591,82 +591,77 @@ fn ingress_fail_writes_an_error_frame_and_done() {
     assert!(String::from_utf8_lossy(&out).contains("AUTO_ROUTES_EXHAUSTED"));
 }
 
-/// The error frame and `[DONE]` written for an envelope whose body is not
-/// a chunk: one classified `SERVER` failure, in the in-band error shape.
-fn assert_unreadable_body_error(run: &Run, quoted: &str) {
-    assert_closed(&run.out);
-    let failure = failure_of(run);
-    assert_eq!(failure.code, FailureCode::Server);
-    assert!(failure.message.contains(quoted), "{}", failure.message);
-    let frames = data_frames(&run.out);
-    let frame: Value = serde_json::from_str(frames.first().unwrap()).unwrap();
-    assert_eq!(frame["error"]["code"], "SERVER");
-    assert_eq!(frame["error"]["type"], "model_error");
-    let message = frame["error"]["message"].as_str().unwrap();
-    assert!(
-        message.contains("envelope body") && message.contains(quoted),
-        "{message}"
-    );
-    assert_eq!(
-        frame["choices"],
-        json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}])
-    );
-    assert_eq!(frames.len(), 2, "{frames:?}");
+/// Drives a fresh return leg over `input`; the run and its meter.
+fn unwrap_metered(pieces: &[&[u8]]) -> (Run, Meter) {
+    let mut leg = QoderReturnLeg::default();
+    let run = drive(&mut leg, pieces);
+    (run, leg.meter())
 }
 
 #[test]
-fn non_json_envelope_body_is_a_server_error_frame() {
-    let body = "<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>";
+fn non_json_envelope_body_is_dropped_and_counted() {
+    let body = "<html><head><title>502 Bad Gateway</title></head><body>nginx <script>x()</script></body></html>";
     for chunks in [1, 7] {
         let input = envelope(body);
         let pieces: Vec<&[u8]> = input.as_bytes().chunks(chunks).collect();
-        let run = drive(&mut QoderReturnLeg::default(), &pieces);
-        assert_unreadable_body_error(&run, "<html><head><title>502 Bad Gateway");
-        assert!(failure_of(&run).message.contains("is not JSON"));
-        assert!(
-            !String::from_utf8_lossy(&run.out).contains("nginx</body>"),
-            "first bytes only"
-        );
+        let (run, meter) = unwrap_metered(&pieces);
+        assert_eq!(run.classes, vec![FrameClass::NotContent]);
+        assert!(run.out.is_empty(), "{}", String::from_utf8_lossy(&run.out));
+        assert_eq!(meter.unreadable_frames, 1);
     }
 }
 
 #[test]
-fn non_json_envelope_body_after_content_fails_after_the_content() {
-    let input = format!(
-        "{}{}",
-        envelope(r#"{"choices":[{"index":0,"delta":{"content":"Hi"}}]}"#),
-        envelope("oops, not json")
+fn non_json_envelope_body_between_content_is_dropped_and_the_answer_goes_on() {
+    let input = [
+        envelope(r#"{"choices":[{"index":0,"delta":{"content":"Hel"}}]}"#),
+        envelope("this is not json <script>"),
+        envelope(r#"{"choices":[{"index":0,"delta":{"content":"lo"}}]}"#),
+        envelope("[DONE]"),
+    ]
+    .concat();
+    let (run, meter) = unwrap_metered(&[input.as_bytes()]);
+    assert_eq!(
+        run.classes,
+        vec![
+            FrameClass::Content,
+            FrameClass::NotContent,
+            FrameClass::Content,
+            FrameClass::End
+        ]
     );
-    let run = unwrap_all(input.as_bytes());
-    assert_eq!(run.classes[0], FrameClass::Content);
-    let frames = data_frames(&run.out);
-    assert_eq!(frames.len(), 3, "{frames:?}");
-    let error: Value = serde_json::from_str(&frames[1]).unwrap();
-    assert!(error["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("oops, not json"));
-    assert_eq!(failure_of(&run).code, FailureCode::Server);
+    let text = String::from_utf8_lossy(&run.out);
+    assert!(
+        !text.contains("not json") && !text.contains("script"),
+        "{text}"
+    );
+    assert_eq!(data_frames(&run.out).len(), 3, "{text}");
+    assert_closed(&run.out);
+    assert_eq!(meter.unreadable_frames, 1);
 }
 
 #[test]
-fn envelope_bodies_that_are_json_but_no_chunk_are_errors_too() {
+fn envelope_bodies_that_are_json_but_no_chunk_are_dropped_too() {
     for body in ["42", "[1,2]", "\"text\"", "true"] {
-        let run = unwrap_all(envelope(body).as_bytes());
-        // Quoted with escapes: a string body shows as `"\"text\""`.
-        assert_unreadable_body_error(&run, body.trim_matches('"'));
+        let (run, meter) = unwrap_metered(&[envelope(body).as_bytes()]);
+        assert_eq!(run.classes, vec![FrameClass::NotContent], "{body}");
+        assert!(run.out.is_empty(), "{body}");
+        assert_eq!(meter.unreadable_frames, 1, "{body}");
     }
     // The same as a non-string body.
-    let run = unwrap_all(b"data:{\"body\":[1,2],\"statusCodeValue\":200}\n\n");
-    assert_unreadable_body_error(&run, "[1,2]");
+    let (run, meter) = unwrap_metered(&[b"data:{\"body\":[1,2],\"statusCodeValue\":200}\n\n"]);
+    assert_eq!(run.classes, vec![FrameClass::NotContent]);
+    assert_eq!(meter.unreadable_frames, 1);
 }
 
 #[test]
-fn envelope_body_with_an_out_of_range_number_is_an_error_not_a_broken_frame() {
+fn envelope_body_with_an_out_of_range_number_is_dropped_not_a_broken_frame() {
     let body =
         r#"{"choices":[{"index":0,"delta":{"content":"Hi"}}],"usage":{"prompt_tokens":1e400}}"#;
-    let run = unwrap_all(envelope(body).as_bytes());
-    assert_unreadable_body_error(&run, "out of range");
+    let (run, meter) = unwrap_metered(&[envelope(body).as_bytes()]);
+    assert_eq!(run.classes, vec![FrameClass::NotContent]);
+    assert!(run.out.is_empty());
+    assert_eq!(meter.unreadable_frames, 1);
 }
 
 #[test]
@@ -689,39 +684,35 @@ fn bare_chunk_with_an_out_of_range_number_is_still_passed_as_text() {
 }
 
 #[test]
-fn non_json_body_fuzz_seed_closes_with_one_done() {
+fn non_json_body_fuzz_seed_drops_the_page_and_ends_cut() {
     let seed = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../fuzz/seeds/qoder_unwrap/non_json_body"
     );
     let bytes = std::fs::read(seed).unwrap();
-    let run = unwrap_all(&bytes[1..]);
-    assert_closed(&run.out);
+    let (run, meter) = unwrap_metered(&[&bytes[1..]]);
     assert_eq!(run.classes[1], FrameClass::Content);
-    let failure = failure_of(&run);
-    assert_eq!(failure.code, FailureCode::Server);
+    assert_eq!(meter.unreadable_frames, 1);
     assert!(
-        failure.message.contains("<!DOCTYPE html>"),
-        "{}",
-        failure.message
+        !String::from_utf8_lossy(&run.out).contains("DOCTYPE"),
+        "the page never reaches the proxy"
     );
-    assert_eq!(
-        data_frames(&run.out).len(),
-        4,
-        "role, content, error, [DONE]"
-    );
+    // No finish and no `[DONE]` after the dropped page: a cut stream.
+    let cut = |run: &Run| {
+        assert!(!String::from_utf8_lossy(&run.out).contains("DOCTYPE"));
+        assert!(
+            matches!(&run.eof, Some(FrameClass::Error(f)) if f.code == FailureCode::Transport),
+            "{:?}",
+            run.eof
+        );
+    };
+    cut(&run);
     // The fuzz target's other translators, whole and chunked.
     let no_usage = json!({"stream_options": {"include_usage": false}});
     for size in [bytes.len(), 7] {
         let pieces: Vec<&[u8]> = bytes[1..].chunks(size).collect();
-        let runs = [
-            drive(&mut QoderReturnLeg::for_request(&no_usage), &pieces),
-            drive(&mut QoderIngress::new(), &pieces),
-        ];
-        for run in runs {
-            assert_closed(&run.out);
-            assert_eq!(failure_of(&run).code, FailureCode::Server);
-        }
+        cut(&drive(&mut QoderReturnLeg::for_request(&no_usage), &pieces));
+        cut(&drive(&mut QoderIngress::new(), &pieces));
     }
 }
 
