@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use rustix::process::{kill_process, Pid, Signal};
 use serde_json::Value;
 
 use super::client;
@@ -24,9 +23,7 @@ impl Drop for Bili {
     /// `run.sh` starts bili in the background and prints its pid: not our
     /// child, so it gets a `TERM` by pid (what `kill PID` sent).
     fn drop(&mut self) {
-        if let Some(pid) = i32::try_from(self.pid).ok().and_then(Pid::from_raw) {
-            let _ = kill_process(pid, Signal::TERM);
-        }
+        super::signal::send(self.pid, "TERM");
     }
 }
 

@@ -13,8 +13,6 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use rustix::process::{kill_process, Pid, Signal};
-
 /// A running `shimgate serve`.
 pub struct Served {
     pub child: Child,
@@ -104,12 +102,10 @@ impl Served {
     pub fn signal(&self, sig: &str) {
         let stop = std::env::var("SHIMGATE_STOP_SIGNAL").unwrap_or_else(|_| "TERM".into());
         let sig = match (sig, stop.as_str()) {
-            ("HUP", _) => Signal::HUP,
-            ("TERM", "INT") | ("INT", _) => Signal::INT,
-            ("TERM", _) => Signal::TERM,
-            (other, _) => panic!("no signal {other} here: add it"),
+            ("TERM", "INT") => "INT",
+            (sig, _) => sig,
         };
-        kill_process(Pid::from_child(&self.child), sig).unwrap();
+        super::signal::send(self.child.id(), sig);
     }
 }
 

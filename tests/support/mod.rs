@@ -15,6 +15,7 @@ pub mod external;
 pub mod model;
 pub mod proxy;
 pub mod qoder;
+pub mod signal;
 pub mod trae;
 pub mod upstream;
 
