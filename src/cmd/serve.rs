@@ -119,6 +119,7 @@ pub fn serve(path: Option<&Path>) -> ExitCode {
             if let Some(addr) = running.addr(name) {
                 // A stable line on stdout so scripts (and tests) learn the ports.
                 println!("listening {name} {addr}");
+                println!("panel http://{addr}/ui");
             }
         }
         stop.wait(&running).await;
