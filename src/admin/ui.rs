@@ -2,7 +2,9 @@
 //! script inside the binary (`ui/`), loading nothing from any other
 //! origin (its Content-Security-Policy says so to the browser too) and
 //! never framed by another page. The script reads `/status` and
-//! `/switches` and posts to the endpoints curl uses; it adds no behaviour.
+//! `/switches` and posts to the endpoints curl uses; it adds no behaviour
+//! (it redraws from a POST's answer at once, writes every time in the
+//! browser's zone, and keeps its words in one table per language).
 
 use http::{header, HeaderValue, Response};
 

@@ -843,15 +843,21 @@ impl Driver<'_> {
                 rank::Reason::Expired => (None, format!("expired: its until day ended at {until}")),
                 _ => (None, "disabled by hand (POST /routes/…/enable)".to_string()),
             };
-            self.reports.push(skip_report(&s.route.name, code, reason));
+            let skipped = (s.reason, s.until);
+            self.reports
+                .push(skip_report(&s.route.name, code, reason, skipped));
         }
     }
 
     /// A route whose breaker refused the call when it reached it.
     fn report_breaker_open(&mut self, leg: &Leg<'_>) {
         let reason = "breaker open: another call is probing it".to_string();
-        self.reports
-            .push(skip_report(&leg.route.name, None, reason));
+        self.reports.push(skip_report(
+            &leg.route.name,
+            None,
+            reason,
+            (rank::Reason::BreakerOpen, None),
+        ));
     }
 
     /// Records how the call ended.
@@ -910,12 +916,18 @@ impl<'a> Tried<'a> {
             elapsed: self.on_route,
             switched_to: switched_to.map(str::to_owned),
             retry_after: failure.and_then(|f| f.retry_after),
+            skipped: None,
         }
     }
 }
 
 /// The report of a route left out without a try.
-fn skip_report(route: &str, code: Option<FailureCode>, reason: String) -> RouteReport {
+fn skip_report(
+    route: &str,
+    code: Option<FailureCode>,
+    reason: String,
+    skipped: (rank::Reason, Option<SystemTime>),
+) -> RouteReport {
     RouteReport {
         attempt: 0,
         route: route.to_string(),
@@ -926,6 +938,7 @@ fn skip_report(route: &str, code: Option<FailureCode>, reason: String) -> RouteR
         elapsed: Duration::ZERO,
         switched_to: None,
         retry_after: None,
+        skipped: Some(skipped),
     }
 }
 

@@ -118,6 +118,11 @@ pub fn serve(path: Option<&Path>) -> ExitCode {
             if let Some(addr) = running.addr(name) {
                 // A stable line on stdout so scripts (and tests) learn the ports.
                 println!("listening {name} {addr}");
+                // Unlike `listening`, nobody need read it: a closed stdout must not stop serve.
+                let _ = std::io::Write::write_fmt(
+                    &mut std::io::stdout(),
+                    format_args!("panel http://{addr}/ui\n"),
+                );
             }
         }
         stop.wait(&running).await;

@@ -89,6 +89,25 @@ async fn attacks_from_web_pages_change_and_read_nothing() {
     );
 }
 
+/// Where the browser tests leave their pictures: under the build's own
+/// `target/` (`CARGO_TARGET_TMPDIR`), never in the tree, so a test run
+/// leaves `git status` clean.
+fn shots_dir() -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("panel-shots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// README's picture (`docs/panel.png`) is remade only on purpose:
+/// `SHIMGATE_WRITE_DOCS_SHOT=1 cargo test --test e2e the_panel_shows`.
+fn write_docs_shot(english: &std::path::Path) {
+    if std::env::var("SHIMGATE_WRITE_DOCS_SHOT").is_ok_and(|v| v == "1") {
+        let docs = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/panel.png");
+        std::fs::copy(english, docs).unwrap();
+        eprintln!("wrote {docs} (SHIMGATE_WRITE_DOCS_SHOT=1)");
+    }
+}
+
 /// The config the panel test edits: comments the writes must keep.
 fn panel_config(q_first: &Upstream, q_second: &Upstream, trae: &Upstream) -> String {
     let hour = chrono::Utc::now()
@@ -162,12 +181,7 @@ async fn the_panel_shows_and_steers_what_status_says() {
     let ask =
         serde_json::to_string(&qoder::ask(&[json!({"role": "user", "content": "hi"})])).unwrap();
     let trae_body = serde_json::to_string(&trae::body(&[trae::text("user", "hi")])).unwrap();
-    // README's picture is remade only when asked for
-    // (`SHIMGATE_PANEL_SHOT=docs/panel.png`), so a test run leaves the tree clean.
-    let shot = std::env::var("SHIMGATE_PANEL_SHOT")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| dir.join("panel.png"));
-    let shot = shot.display().to_string();
+    let shots = shots_dir();
     let params = json!({
         "base": gate.qoder,
         "qoder": gate.qoder,
@@ -177,7 +191,7 @@ async fn the_panel_shows_and_steers_what_status_says() {
         "traePath": trae::PATH,
         "traeBody": trae_body,
         "configFile": std::fs::canonicalize(&file).unwrap(),
-        "screenshot": shot,
+        "shots": shots,
     });
     let found = browser.run("panel", &params).await;
     assert_eq!(found["console"], json!([]), "no console error or warning");
@@ -198,7 +212,97 @@ async fn the_panel_shows_and_steers_what_status_says() {
         (&json!("q-first"), &json!("q-second"), &json!("QUOTA"))
     );
     eprintln!(
-        "FIGURES panel: cooling {:?}; off-hours {:?}; refused write {:?}; live counter values {}; speed row {:?}; zh {}; screenshot {shot}",
-        found["cooling"], found["offHours"], found["refused"], found["liveValues"], found["speedRow"], found["zh"]
+        "FIGURES panel: cooling {:?}; off-hours {:?}; refused write {:?}; live counter values {}; speed row {:?}; success {}; chart {}; redrawn from the POST's answer in {} ms; zh {} {}; pictures in {}",
+        found["cooling"], found["offHours"], found["refused"], found["liveValues"], found["speedRow"],
+        found["success"], found["chart"], found["redrawMs"], found["zh"], found["zhWords"], shots.display()
     );
+    write_docs_shot(&shots.join("panel-en.png"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_panel_reads_at_400_routes_and_says_when_a_shim_has_none() {
+    let Some(browser) = Browser::find() else {
+        return;
+    };
+    let up = Upstream::always(Reply::json(200, "{}")).await;
+    let dir = tempdir();
+    let file = dir.join("shimgate.toml");
+    // 400 routes on qoder (seed 004's users rotate 384), none on trae.
+    let mut text = String::from("[retry]\nmax_retries = 0\n");
+    for i in 0..400 {
+        text.push_str(&format!(
+            "\n[[shims.qoder.routes]]\nname = \"r-{i:03}\"\nurl = \"{}\"\n",
+            up.url()
+        ));
+    }
+    if cfg!(feature = "test-shims") {
+        text.push_str("\n[shims.openai]\nenabled = false\n");
+    }
+    std::fs::write(&file, text).unwrap();
+    let mut config = shimgate::config::Config::load(&file).unwrap();
+    config.listen_on_free_ports();
+    let gate = Gate::start_config(config).await;
+    let shots = shots_dir();
+    let params = json!({"base": gate.qoder, "shots": shots});
+    let found = browser.run("many", &params).await;
+    assert_eq!(found["console"], json!([]), "no console error or warning");
+    assert_eq!(found["routes"], 400);
+    eprintln!(
+        "FIGURES panel at 400 routes: {:?}; pictures in {}",
+        found["more"],
+        shots.display()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_says_where_each_panel_is() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempdir();
+    let file = dir.join("shimgate.toml");
+    std::fs::write(
+        &file,
+        "[shims.qoder]\nlisten = \"127.0.0.1:0\"\n[shims.trae]\nlisten = \"127.0.0.1:0\"\n",
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_shimgate"))
+        .args(["serve", "--config"])
+        .arg(&file)
+        .env("XDG_STATE_HOME", dir.join("state"))
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut listening, mut panels) = (Vec::new(), Vec::new());
+    for line in lines.map_while(Result::ok) {
+        let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+        match words.as_slice() {
+            [first, _, addr] if first == "listening" => listening.push(addr.clone()),
+            [first, url] if first == "panel" => panels.push(url.clone()),
+            _ => {}
+        }
+        if panels.len() == 2 {
+            break;
+        }
+    }
+    let addrs: Vec<String> = panels
+        .iter()
+        .map(|u| {
+            u.trim_start_matches("http://")
+                .trim_end_matches("/ui")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(
+        addrs, listening,
+        "one panel line per listener, its real address"
+    );
+    for url in &panels {
+        let page = client::get(url).await;
+        assert_eq!(page.status, http::StatusCode::OK, "{url}");
+        assert!(page.text().contains("<title>shimgate</title>"), "{url}");
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
 }

@@ -1,91 +1,138 @@
 // shimgate's panel (DESIGN §9). Plain script, no framework and no build
 // step: it reads the JSON endpoints curl uses (/status, /switches) once a
 // second and renders them with small functions; every button is one POST
-// to a documented endpoint. Accessible names of controls are English on
-// every language (scripts and tests rely on them); what they show follows
-// the language.
+// to a documented endpoint, and the page redraws from that POST's answer
+// at once (then reads /status again), not at the next poll. Accessible
+// names of controls are English on every language (scripts and tests rely
+// on them); what they show follows the language. Every time is written in
+// the browser's own zone, in one format (`fmtTime`).
 "use strict";
 
 const TEXT = {
   en: {
     shims: "Shims", chain: "Chain", routes: "Routes", failedToday: "Failed today",
     calls: "Recent calls", switches: "Switches by conversation", exchanges: "Recent exchanges",
-    mode: "Ordering mode", intercepted: "intercepted", forwarded: "forwarded",
+    mode: "Ordering mode", "mode-auto": "auto", "mode-manual": "manual", "mode-measured": "measured",
+    intercepted: "intercepted", forwarded: "forwarded",
     compacted: "compacted", folded: "folded", fallback: "fallback", sideRequests: "side requests",
     charsSaved: "characters saved", proxyLive: "proxy path live", proxyDown: "proxy path not used",
     proxyNone: "no call yet", direct: "direct mode (no compressor)", lastError: "last error",
-    chart: "calls (blue) and folded (green) per 15 s, last 10 minutes",
+    chartCalls: "calls", chartFolded: "folded", chartUnit: "per 15 s", chartSpan: "last {n} min, your local time",
+    chartEmpty: "No samples yet (one every 15 s).",
     effective: "Effective order", configured: "Configured order", moveUp: "up", moveDown: "down",
     disable: "disable", enable: "enable", pin: "pin", unpin: "unpin", adopt: "adopt measured order",
     restore: "restore", restoreAll: "restore all", pinned: "pinned", ranked: "ranked",
     configuredR: "configured", cooling: "cooling", "breaker-open": "breaker open",
     disabled: "disabled", "off-hours": "off hours", expired: "expired",
     backAt: "back at", opensAt: "opens at", endedAt: "ended",
-    route: "route", success: "success", successHint: "smoothed as the ranking reads it: (ok + 1) / (tries + 2)", ttft: "TTFT median", speed: "output speed",
+    noRoutes: "no routes configured",
+    filter: "filter routes", filterHint: "a part of a route's name", showAll: "show all {n}",
+    showFirst: "show the first {n}", shownOf: "{shown} of {n} routes",
+    route: "route", success: "success", successHint: "measured: calls that succeeded / tries, since start",
+    ttft: "TTFT median", speed: "output speed",
     tokensToday: "tokens today (prompt / completion)", inFlight: "in flight / cap",
-    breaker: "breaker", score: "score", lastFailure: "last failure", window: "window",
+    breaker: "breaker", score: "score",
+    scoreHint: "what the measured ranking sorts by: the smoothed success rate (ok + 1) / (tries + 2) over the recent window, times the speed factor",
+    lastFailure: "last failure", window: "window",
     changesH: "state changes", nextProbe: "next probe", allDay: "all day", until: "until",
+    closed: "closed", open: "open", "half-open": "half-open",
+    "change-cooled": "cooled", "change-breaker-opened": "breaker opened", "change-breaker-half-open": "breaker half-open",
+    "change-breaker-closed": "breaker closed", "change-disabled": "disabled", "change-enabled": "enabled",
+    "change-pinned": "pinned", "change-unpinned": "unpinned", "change-restored": "restored", "change-reset": "reset",
     noFailures: "No route failed today.", failures: "failures", at: "at",
     time: "time", shim: "shim", kind: "kind", outcome: "outcome", took: "took", path: "how it went",
+    "kind-return": "through the proxy", "kind-fallback": "direct", "kind-passthrough": "passed through",
+    kindHint: "internal name", ok: "ok", failed: "failed", aborted: "aborted",
     tries: "tries", try: "try", skipped: "skipped", answered: "answered", noCalls: "No calls yet.",
     session: "conversation", from: "from", to: "to", cls: "class", noSwitches: "No switches yet.",
     noSession: "(no conversation id)", before: "before", after: "after", messages: "messages",
     chars: "characters", shrank: "shrank", unchanged: "unchanged", grew: "changed",
     noExchanges: "No exchanges yet.", noFile: "runs on built-in defaults: order and mode cannot be written",
     writesTo: "changes are written to", updated: "updated", stale: "not updating", uptime: "up",
-    byHand: "by hand", of: "of",
+    byHand: "by hand", of: "of", ms: "ms", "tokens/s": "tokens/s", "chars/s": "chars/s", unlimited: "no cap",
+    hours: "h", minutes: "m", seconds: "s", version: "version",
   },
   zh: {
     shims: "垫片", chain: "故障转移链", routes: "线路", failedToday: "今日失败",
     calls: "最近调用", switches: "按会话的切换记录", exchanges: "最近压缩交换",
-    mode: "排序模式", intercepted: "拦截", forwarded: "转发", compacted: "已改写",
+    mode: "排序模式", "mode-auto": "自动", "mode-manual": "手动", "mode-measured": "按实测",
+    intercepted: "拦截", forwarded: "转发", compacted: "已改写",
     folded: "已压缩", fallback: "回退", sideRequests: "旁路请求", charsSaved: "节省字符",
     proxyLive: "压缩代理生效中", proxyDown: "未经过压缩代理", proxyNone: "尚无调用",
     direct: "直连模式（未配置压缩代理）", lastError: "最近错误",
-    chart: "每 15 秒的调用（蓝）与压缩（绿），最近 10 分钟",
+    chartCalls: "调用", chartFolded: "已压缩", chartUnit: "每 15 秒", chartSpan: "最近 {n} 分钟，本地时间",
+    chartEmpty: "尚无采样（每 15 秒一次）。",
     effective: "实际顺序", configured: "配置顺序", moveUp: "上移", moveDown: "下移",
     disable: "停用", enable: "启用", pin: "置顶", unpin: "取消置顶", adopt: "采用实测排序",
     restore: "恢复", restoreAll: "全部恢复", pinned: "已置顶", ranked: "按实测",
     configuredR: "按配置", cooling: "冷却中", "breaker-open": "熔断中", disabled: "已停用",
     "off-hours": "不在时段", expired: "已到期", backAt: "恢复于", opensAt: "开放于", endedAt: "结束于",
-    route: "线路", success: "成功率", successHint: "按排序所用的平滑值：(成功 + 1) / (尝试 + 2)", ttft: "首字延迟中位数", speed: "输出速度",
+    noRoutes: "未配置线路",
+    filter: "筛选线路", filterHint: "线路名称的一部分", showAll: "显示全部 {n} 条",
+    showFirst: "只显示前 {n} 条", shownOf: "显示 {shown} / {n} 条线路",
+    route: "线路", success: "成功率", successHint: "实测：启动以来成功的调用 / 尝试次数",
+    ttft: "首字延迟中位数", speed: "输出速度",
     tokensToday: "今日 token（输入 / 输出）", inFlight: "并发 / 上限", breaker: "熔断器",
-    score: "评分", lastFailure: "最近失败", window: "时段", changesH: "状态变化",
-    nextProbe: "下次探测", allDay: "全天", until: "截止", noFailures: "今日没有线路失败。",
+    score: "评分", scoreHint: "实测排序的依据：近期窗口内的平滑成功率 (成功 + 1) / (尝试 + 2) 乘以速度系数",
+    lastFailure: "最近失败", window: "时段", changesH: "状态变化",
+    nextProbe: "下次探测", allDay: "全天", until: "截止",
+    closed: "闭合", open: "断开", "half-open": "半开",
+    "change-cooled": "进入冷却", "change-breaker-opened": "熔断器断开", "change-breaker-half-open": "熔断器半开",
+    "change-breaker-closed": "熔断器闭合", "change-disabled": "已停用", "change-enabled": "已启用",
+    "change-pinned": "已置顶", "change-unpinned": "取消置顶", "change-restored": "已恢复", "change-reset": "已重置",
+    noFailures: "今日没有线路失败。",
     failures: "失败次数", at: "时间", time: "时间", shim: "垫片", kind: "类型", outcome: "结果",
-    took: "耗时", path: "经过", tries: "次尝试", try: "次尝试", skipped: "跳过", answered: "应答",
+    took: "耗时", path: "经过",
+    "kind-return": "经压缩代理", "kind-fallback": "直连", "kind-passthrough": "原样转发",
+    kindHint: "内部名称", ok: "成功", failed: "失败", aborted: "已中止",
+    tries: "次尝试", try: "次尝试", skipped: "跳过", answered: "应答",
     noCalls: "尚无调用。", session: "会话", from: "从", to: "到", cls: "原因",
     noSwitches: "尚无切换。", noSession: "（无会话 ID）", before: "之前", after: "之后",
     messages: "条消息", chars: "字符", shrank: "已缩短", unchanged: "未变", grew: "有改动",
     noExchanges: "尚无交换。", noFile: "使用内置默认配置：无法写入顺序与模式",
     writesTo: "修改写入", updated: "更新于", stale: "未在更新", uptime: "运行", byHand: "手动",
-    of: "/",
+    of: "/", ms: "毫秒", "tokens/s": "token/秒", "chars/s": "字符/秒", unlimited: "不限",
+    hours: "时", minutes: "分", seconds: "秒", version: "版本",
   },
 };
 
 const COUNTERS = ["intercepted", "forwarded", "compacted", "folded", "fallback"];
+// Past this many routes a list shows its first ones and a "show all".
+const COLLAPSE_AT = 20;
 const params = new URLSearchParams(location.search);
 let lang = params.get("lang") || ((navigator.languages || [navigator.language])[0] || "en").slice(0, 2);
 if (!TEXT[lang]) lang = "en";
 let status = null;
 let switches = [];
 let lastOk = 0;
+let filter = "";
+const expanded = new Set();
 const shown = new Map();
 
-const t = (key) => TEXT[lang][key] ?? TEXT.en[key] ?? key;
+const t = (key, vars) => {
+  let text = TEXT[lang][key] ?? TEXT.en[key] ?? key;
+  for (const [k, v] of Object.entries(vars || {})) text = text.replace(`{${k}}`, v);
+  return text;
+};
 
 function esc(text) {
   return String(text ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 }
 
-// Local time: "12-02 00:00" (with seconds for recent events).
-function local(iso, seconds) {
-  if (!iso) return "";
-  const d = new Date(iso);
-  const p = (n) => String(n).padStart(2, "0");
-  const hm = `${p(d.getHours())}:${p(d.getMinutes())}` + (seconds ? `:${p(d.getSeconds())}` : "");
-  return `${p(d.getMonth() + 1)}-${p(d.getDate())} ${hm}`;
+const pad = (n) => String(n).padStart(2, "0");
+
+// Every instant on the page, in the browser's zone: "12-02 06:31:05".
+function fmtTime(at) {
+  if (at == null || at === "") return "";
+  const d = new Date(at);
+  if (Number.isNaN(d.getTime())) return String(at);
+  return `${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
 }
+
+// Text from the server (an error, a reason) with its UTC instants written
+// as `fmtTime` writes every other time.
+const INSTANT = /\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z/g;
+const localText = (text) => String(text ?? "").replace(INSTANT, (iso) => fmtTime(iso));
 
 function set(id, html) {
   if (shown.get(id) === html) return;
@@ -110,6 +157,21 @@ function shimNames() {
   return Object.keys(status.chain.routes).filter((s) => (status[`${s}Shim`] || {}).enabled !== false);
 }
 
+// The items of a list a person can read: past COLLAPSE_AT, only those the
+// filter matches, and only the first COLLAPSE_AT unless expanded. `more`
+// is the line under the list (count and show all / first), or "".
+function visible(shim, list, name) {
+  if (list.length <= COLLAPSE_AT) return { items: list, more: "" };
+  const needle = filter.trim().toLowerCase();
+  const matching = needle ? list.filter((x) => name(x).toLowerCase().includes(needle)) : list;
+  const open = expanded.has(shim);
+  const items = open ? matching : matching.slice(0, COLLAPSE_AT);
+  const toggle = matching.length > COLLAPSE_AT
+    ? ` <button type="button" data-expand="${esc(shim)}">${esc(t(open ? "showFirst" : "showAll", { n: open ? COLLAPSE_AT : matching.length }))}</button>` : "";
+  const more = `<p class="more muted" data-testid="more-${esc(shim)}">${esc(t("shownOf", { shown: items.length, n: list.length }))}${toggle}</p>`;
+  return { items, more };
+}
+
 function renderShims() {
   return shimNames().map((shim) => {
     const s = status[`${shim}Shim`] || {};
@@ -119,27 +181,45 @@ function renderShims() {
     const proxy = !s.compressor ? t("direct")
       : s.effective === true ? t("proxyLive") : s.effective === false ? t("proxyDown") : t("proxyNone");
     const error = s.lastError
-      ? `<p><span class="muted">${esc(t("lastError"))} ${esc(local(s.lastErrorAt, true))}:</span> ${esc(s.lastError)}</p>` : "";
+      ? `<p><span class="muted">${esc(t("lastError"))} ${esc(fmtTime(s.lastErrorAt))}:</span> ${esc(localText(s.lastError))}</p>` : "";
     return `<div class="card"><h3>${esc(shim)} <span class="muted">${esc(s.boundAddress || s.listen || "")}</span></h3>
-      <dl class="counters">${counters}${saved}</dl>${chart(s.history)}
+      <dl class="counters">${counters}${saved}</dl>${chart(shim, s.history)}
       <p><span class="tag ${s.effective === true ? "ok" : "warn"}">${esc(proxy)}</span>
       ${s.compressor ? `<code>${esc(s.compressor)}</code>` : ""}</p>${error}</div>`;
   }).join("");
 }
 
-// Bars per sample: calls (intercepted) and folded, as deltas.
-function chart(history) {
+// Calls (intercepted) and folded per sample interval, as bars on a time
+// axis in local time, with the y scale's top value and a legend.
+function chart(shim, history) {
   const samples = (history && history.samples) || [];
-  if (samples.length < 2) return "";
+  if (samples.length < 2) return `<p class="muted chart-empty">${esc(t("chartEmpty"))}</p>`;
   const deltas = samples.slice(1).map((s, i) => [s.intercepted - samples[i].intercepted, s.folded - samples[i].folded]);
-  const max = Math.max(1, ...deltas.map((d) => d[0]));
-  const w = 100 / deltas.length;
+  const max = Math.max(1, ...deltas.flat());
+  const [left, top, width, height] = [26, 4, 290, 64];
+  const w = width / deltas.length;
+  const y = (v) => top + height - (v / max) * height;
   const bars = deltas.map(([calls, folded], i) => {
-    const h = (calls / max) * 46, f = (folded / max) * 46;
-    return `<rect class="a" x="${i * w}" y="${48 - h}" width="${w * 0.45}" height="${h}"/>` +
-      `<rect class="b" x="${i * w + w * 0.5}" y="${48 - f}" width="${w * 0.45}" height="${f}"/>`;
+    const x = left + i * w;
+    return `<rect class="a" x="${x.toFixed(1)}" y="${y(calls).toFixed(1)}" width="${(w * 0.45).toFixed(1)}" height="${(top + height - y(calls)).toFixed(1)}"><title>${esc(fmtTime(samples[i + 1].at))}: ${calls} ${esc(t("chartCalls"))}, ${folded} ${esc(t("chartFolded"))}</title></rect>` +
+      `<rect class="b" x="${(x + w * 0.5).toFixed(1)}" y="${y(folded).toFixed(1)}" width="${(w * 0.45).toFixed(1)}" height="${(top + height - y(folded)).toFixed(1)}"/>`;
   }).join("");
-  return `<svg class="chart" viewBox="0 0 100 48" preserveAspectRatio="none" role="img" aria-label="${esc(t("chart"))}"><title>${esc(t("chart"))}</title>${bars}</svg>`;
+  // Three ticks: the first sample, the middle one, now (HH:MM).
+  const ticks = [0, Math.floor((samples.length - 1) / 2), samples.length - 1].filter((v, i, a) => a.indexOf(v) === i).map((i) => {
+    const x = i === 0 ? left : left + i * w;
+    const anchor = i === 0 ? "start" : i === samples.length - 1 ? "end" : "middle";
+    return `<text class="tick" x="${Math.min(x, left + width).toFixed(1)}" y="${top + height + 12}" text-anchor="${anchor}">${esc(fmtTime(samples[i].at).slice(6, 11))}</text>`;
+  }).join("");
+  const axis = `<line class="axis" x1="${left}" y1="${top + height}" x2="${left + width}" y2="${top + height}"/>` +
+    `<text class="tick" x="${left - 3}" y="${top + 8}" text-anchor="end">${max}</text>` +
+    `<text class="tick" x="${left - 3}" y="${top + height}" text-anchor="end">0</text>`;
+  const minutes = Math.max(1, Math.round((new Date(samples[samples.length - 1].at) - new Date(samples[0].at)) / 60000));
+  const span = t("chartSpan", { n: minutes });
+  const title = `${t("chartCalls")} / ${t("chartFolded")} ${t("chartUnit")}, ${span}`;
+  return `<figure class="chart" data-testid="chart-${esc(shim)}">
+    <figcaption><span class="key a"></span>${esc(t("chartCalls"))} <span class="key b"></span>${esc(t("chartFolded"))}
+      <span class="muted">${esc(t("chartUnit"))} · ${esc(span)}</span></figcaption>
+    <svg viewBox="0 0 ${left + width + 2} ${top + height + 16}" role="img" aria-label="${esc(title)}"><title>${esc(title)}</title>${axis}${bars}${ticks}</svg></figure>`;
 }
 
 function reasonText(e) {
@@ -147,7 +227,7 @@ function reasonText(e) {
   let text = t(key);
   if (e.until) {
     const when = e.reason === "off-hours" ? "opensAt" : e.reason === "expired" ? "endedAt" : "backAt";
-    text += `, ${t(when)} ${local(e.until)}`;
+    text += `, ${t(when)} ${fmtTime(e.until)}`;
   }
   return text;
 }
@@ -160,34 +240,50 @@ function measuredOrder(list) {
   return list.map((r) => (probation(r) ? r : ranked.shift())).map((r) => r.name);
 }
 
+const SKIPPED = ["cooling", "breaker-open", "disabled", "off-hours", "expired"];
+
+function configuredRows(shim, list, pinned, writable) {
+  const names = list.map((r) => r.name);
+  const { items, more } = visible(shim, list, (r) => r.name);
+  const off = writable ? "" : " disabled";
+  const rows = items.map((r) => {
+    const i = names.indexOf(r.name);
+    const up = names.slice(), down = names.slice();
+    if (i > 0) [up[i - 1], up[i]] = [up[i], up[i - 1]];
+    if (i < names.length - 1) [down[i + 1], down[i]] = [down[i], down[i + 1]];
+    return `<tr><td>${i + 1}</td><td>${esc(r.name)}</td><td class="row">
+      ${button(label("Move", shim, r.name, "up"), t("moveUp"), { order: shim, routes: up }, i === 0 ? " disabled" : off)}
+      ${button(label("Move", shim, r.name, "down"), t("moveDown"), { order: shim, routes: down }, i === names.length - 1 ? " disabled" : off)}
+      ${r.disabled ? button(label("Enable", shim, r.name), t("enable"), { post: routePath(shim, r.name, "enable") })
+        : button(label("Disable", shim, r.name), t("disable"), { post: routePath(shim, r.name, "disable") })}
+      ${pinned === r.name ? "" : button(label("Pin", shim, r.name), t("pin"), { pin: shim, route: r.name })}
+    </td></tr>`;
+  }).join("");
+  return `<table><tbody>${rows}</tbody></table>${more}`;
+}
+
 function renderChain() {
   const writable = !!status.config.path;
   return shimNames().map((shim) => {
     const list = status.chain.routes[shim];
+    const adoptName = `Adopt measured order ${shim}`;
+    if (!list.length) {
+      return `<div class="card" data-testid="chain-${esc(shim)}"><h3>${esc(shim)}</h3>
+        <p class="empty" data-testid="no-routes-${esc(shim)}">${esc(t("noRoutes"))}</p>
+        <ol class="effective" data-testid="effective-${esc(shim)}"></ol>
+        <p class="row">${button(adoptName, t("adopt"), { order: shim, routes: [] }, " disabled")}</p></div>`;
+    }
     const effective = status.chain.ordering.effective[shim] || [];
     const pinned = status.chain.ordering.pinned[shim];
-    const items = effective.map((e) =>
-      `<li data-testid="effective-${esc(shim)}-${esc(e.route)}" class="${["cooling", "breaker-open", "disabled", "off-hours", "expired"].includes(e.reason) ? "skipped" : ""}">
-        <b>${esc(e.route)}</b> <span class="muted">${esc(reasonText(e))}</span>${e.score != null ? ` <span class="muted">${t("score")} ${e.score}</span>` : ""}</li>`).join("");
-    const names = list.map((r) => r.name);
-    const rows = list.map((r, i) => {
-      const up = names.slice(), down = names.slice();
-      if (i > 0) [up[i - 1], up[i]] = [up[i], up[i - 1]];
-      if (i < names.length - 1) [down[i + 1], down[i]] = [down[i], down[i + 1]];
-      const off = writable ? "" : " disabled";
-      return `<tr><td>${i + 1}</td><td>${esc(r.name)}</td><td class="row">
-        ${button(label("Move", shim, r.name, "up"), t("moveUp"), { order: shim, routes: up }, i === 0 ? " disabled" : off)}
-        ${button(label("Move", shim, r.name, "down"), t("moveDown"), { order: shim, routes: down }, i === names.length - 1 ? " disabled" : off)}
-        ${r.disabled ? button(label("Enable", shim, r.name), t("enable"), { post: routePath(shim, r.name, "enable") })
-          : button(label("Disable", shim, r.name), t("disable"), { post: routePath(shim, r.name, "disable") })}
-        ${pinned === r.name ? "" : button(label("Pin", shim, r.name), t("pin"), { pin: shim, route: r.name })}
-      </td></tr>`;
-    }).join("");
+    const shownEffective = visible(shim, effective, (e) => e.route);
+    const items = shownEffective.items.map((e) =>
+      `<li data-testid="effective-${esc(shim)}-${esc(e.route)}" class="${SKIPPED.includes(e.reason) ? "skipped" : ""}">
+        <b>${esc(e.route)}</b> <span class="muted">${esc(reasonText(e))}</span>${e.score != null ? ` <span class="muted">${esc(t("score"))} ${e.score}</span>` : ""}</li>`).join("");
     const unpin = pinned ? button(`Unpin ${shim}`, `${t("unpin")} ${pinned}`, { pin: shim, route: null }) : "";
-    const adopt = button(`Adopt measured order ${shim}`, t("adopt"), { order: shim, routes: measuredOrder(list) }, writable ? "" : " disabled");
-    return `<div class="card"><h3>${esc(shim)}</h3><div class="muted">${esc(t("effective"))}</div>
-      <ol class="effective" data-testid="effective-${esc(shim)}">${items}</ol>
-      <div class="muted">${esc(t("configured"))}</div><table><tbody>${rows}</tbody></table>
+    const adopt = button(adoptName, t("adopt"), { order: shim, routes: measuredOrder(list) }, writable ? "" : " disabled");
+    return `<div class="card" data-testid="chain-${esc(shim)}"><h3>${esc(shim)}</h3><div class="muted">${esc(t("effective"))}</div>
+      <ol class="effective" data-testid="effective-${esc(shim)}">${items}</ol>${shownEffective.more}
+      <div class="muted">${esc(t("configured"))}</div>${configuredRows(shim, list, pinned, writable)}
       <p class="row">${unpin}${adopt}</p></div>`;
   }).join("");
 }
@@ -196,37 +292,45 @@ function routePath(shim, route, verb) {
   return `/routes/${encodeURIComponent(shim)}/${encodeURIComponent(route)}/${verb}`;
 }
 
-function pct(x) {
-  return x == null ? "" : `${Math.round(x * 100)}%`;
+// The measured success rate: ok / tries, with the count ("100% (12/12)").
+function success(r) {
+  if (!r.attempts) return `<span class="muted">–</span>`;
+  return `${Math.round((r.ok / r.attempts) * 100)}% <span class="muted">(${r.ok}/${r.attempts})</span>`;
+}
+
+function routeRow(shim, r) {
+  const b = r.breaker || {};
+  const breaker = `<span class="tag ${b.state === "closed" ? "ok" : "bad"}" title="${esc(b.state)}">${esc(t(b.state))}</span>` +
+    (b.until ? ` <span class="muted">${esc(t("nextProbe"))} ${esc(fmtTime(b.until))}</span>` : "");
+  const sp = r.outputSpeed || {};
+  const speed = sp.perSecond != null ? `${sp.perSecond} ${esc(t(sp.unit))}` : "";
+  const today = r.today || {};
+  const cap = r.maxConcurrency ? r.maxConcurrency : `<span title="${esc(t("unlimited"))}">∞</span>`;
+  const failure = r.lastFailure ? `${esc(r.lastFailure.code)} <span class="muted">${esc(fmtTime(r.lastFailure.at))}</span><br><small>${esc(localText(r.lastFailure.reason))}</small>` : "";
+  const hours = (r.activeHours || []).join(", ") || t("allDay");
+  const window = r.until ? `${esc(hours)}; ${esc(t("until"))} ${esc(r.until)}` : esc(hours);
+  const changes = (r.changes || []).map((c) =>
+    `<li>${esc(fmtTime(c.at))} <b title="${esc(c.change)}">${esc(t(`change-${c.change}`))}</b>${c.byHand ? ` (${esc(t("byHand"))})` : ""}` +
+    `${c.until ? ` → ${esc(fmtTime(c.until))}` : ""}${c.cause ? `: ${esc(localText(c.cause))}` : ""}${c.source ? ` <span class="muted">[${esc(c.source)}]</span>` : ""}</li>`).join("");
+  const scoreHint = `${t("scoreHint")}: ${Math.round((r.successRate ?? 0) * 100)}% × ${r.speedFactor ?? 1}`;
+  return `<tr data-testid="route-${esc(shim)}-${esc(r.name)}"><td><b>${esc(r.name)}</b>${r.disabled ? ` <span class="tag warn">${esc(t("disabled"))}</span>` : ""}${r.cooldownUntil ? ` <span class="tag bad">${esc(t("cooling"))} ${esc(t("backAt"))} ${esc(fmtTime(r.cooldownUntil))}</span>` : ""}</td>
+    <td data-testid="success-${esc(shim)}-${esc(r.name)}">${success(r)}</td>
+    <td>${r.ttftMedianMs != null ? `${r.ttftMedianMs} ${esc(t("ms"))}` : ""}</td><td>${speed}</td>
+    <td>${today.promptTokens ?? 0} / ${today.completionTokens ?? 0}</td>
+    <td>${r.inFlight} / ${cap}</td><td>${breaker}</td><td data-testid="score-${esc(shim)}-${esc(r.name)}" title="${esc(scoreHint)}">${r.score}</td><td>${failure}</td><td>${window}</td>
+    <td>${changes ? `<details><summary>${(r.changes || []).length}</summary><ul class="changes">${changes}</ul></details>` : ""}</td></tr>`;
 }
 
 function renderRoutes() {
   return shimNames().map((shim) => {
-    const rows = status.chain.routes[shim].map((r) => {
-      const b = r.breaker || {};
-      const breaker = `<span class="tag ${b.state === "closed" ? "ok" : "bad"}">${esc(b.state)}</span>` +
-        (b.until ? ` <span class="muted">${esc(t("nextProbe"))} ${esc(local(b.until, true))}</span>` : "");
-      const sp = r.outputSpeed || {};
-      const speed = sp.perSecond != null ? `${sp.perSecond} ${esc(sp.unit)}` : "";
-      const today = r.today || {};
-      const cap = r.maxConcurrency ? r.maxConcurrency : "∞";
-      const failure = r.lastFailure ? `${esc(r.lastFailure.code)} <span class="muted">${esc(local(r.lastFailure.at, true))}</span><br><small>${esc(r.lastFailure.reason)}</small>` : "";
-      const hours = (r.activeHours || []).join(", ") || t("allDay");
-      const window = r.until ? `${esc(hours)}; ${esc(t("until"))} ${esc(r.until)}` : esc(hours);
-      const changes = (r.changes || []).map((c) =>
-        `<li>${esc(local(c.at, true))} <b>${esc(c.change)}</b>${c.byHand ? ` (${esc(t("byHand"))})` : ""}` +
-        `${c.until ? ` → ${esc(local(c.until, true))}` : ""}${c.cause ? `: ${esc(c.cause)}` : ""}${c.source ? ` <span class="muted">[${esc(c.source)}]</span>` : ""}</li>`).join("");
-      return `<tr data-testid="route-${esc(shim)}-${esc(r.name)}"><td><b>${esc(r.name)}</b>${r.disabled ? ` <span class="tag warn">${esc(t("disabled"))}</span>` : ""}${r.cooldownUntil ? ` <span class="tag bad">${esc(t("cooling"))} ${esc(t("backAt"))} ${esc(local(r.cooldownUntil))}</span>` : ""}</td>
-        <td>${pct(r.successRate)} <span class="muted">(${r.ok}/${r.attempts})</span></td>
-        <td>${r.ttftMedianMs != null ? `${r.ttftMedianMs} ms` : ""}</td><td>${speed}</td>
-        <td>${today.promptTokens ?? 0} / ${today.completionTokens ?? 0}</td>
-        <td>${r.inFlight} / ${cap}</td><td>${breaker}</td><td>${r.score}</td><td>${failure}</td><td>${window}</td>
-        <td>${changes ? `<details><summary>${(r.changes || []).length}</summary><ul class="changes">${changes}</ul></details>` : ""}</td></tr>`;
-    }).join("");
+    const list = status.chain.routes[shim];
+    if (!list.length) return `<h3>${esc(shim)}</h3><p class="empty">${esc(t("noRoutes"))}</p>`;
+    const { items, more } = visible(shim, list, (r) => r.name);
+    const rows = items.map((r) => routeRow(shim, r)).join("");
     return `<h3>${esc(shim)}</h3><div class="scroll"><table><thead><tr>
       <th>${t("route")}</th><th title="${esc(t("successHint"))}">${t("success")}</th><th>${t("ttft")}</th><th>${t("speed")}</th><th>${t("tokensToday")}</th>
-      <th>${t("inFlight")}</th><th>${t("breaker")}</th><th>${t("score")}</th><th>${t("lastFailure")}</th><th>${t("window")}</th><th>${t("changesH")}</th>
-      </tr></thead><tbody>${rows}</tbody></table></div>`;
+      <th>${t("inFlight")}</th><th>${t("breaker")}</th><th title="${esc(t("scoreHint"))}">${t("score")}</th><th>${t("lastFailure")}</th><th>${t("window")}</th><th>${t("changesH")}</th>
+      </tr></thead><tbody>${rows}</tbody></table></div>${more}`;
   }).join("");
 }
 
@@ -234,7 +338,7 @@ function renderFailed() {
   const failed = status.chain.failedToday || [];
   if (!failed.length) return `<p class="muted">${esc(t("noFailures"))}</p>`;
   const rows = failed.map((f) => `<tr><td>${esc(f.shim)}</td><td><b>${esc(f.route)}</b></td><td>${f.failures}</td>
-    <td>${f.lastFailure ? `${esc(f.lastFailure.code)} ${esc(local(f.lastFailure.at, true))}: ${esc(f.lastFailure.reason)}` : ""}</td>
+    <td>${f.lastFailure ? `${esc(f.lastFailure.code)} ${esc(fmtTime(f.lastFailure.at))}: ${esc(localText(f.lastFailure.reason))}` : ""}</td>
     <td>${button(label("Restore", f.shim, f.route), t("restore"), { post: routePath(f.shim, f.route, "restore") })}</td></tr>`).join("");
   return `<table><thead><tr><th>${t("shim")}</th><th>${t("route")}</th><th>${t("failures")}</th><th>${t("lastFailure")}</th><th></th></tr></thead>
     <tbody>${rows}</tbody></table><p>${button("Restore all", t("restoreAll"), { post: "/routes/reset" })}</p>`;
@@ -244,16 +348,25 @@ function tries(n) {
   return `${n} ${t(n === 1 ? "try" : "tries")}`;
 }
 
+// One route's part in a call: skipped (with the effective order's words),
+// answered, or failed with its code.
+function leg(r) {
+  if (r.attempt === 0) {
+    const why = r.skipped ? reasonText({ reason: r.skipped, until: r.until }) : localText(r.reason);
+    return `<span class="muted" title="${esc(localText(r.reason))}">${esc(r.route)}: ${esc(t("skipped"))} (${esc(why)})</span>`;
+  }
+  const took = `${tries(r.tries)}, ${r.elapsedMs} ${t("ms")}`;
+  if (r.ok) return `<b>${esc(r.route)}</b> ${esc(t("answered"))} (${esc(took)})`;
+  return `${esc(r.route)} <span class="tag bad">${esc(r.code || "")}</span> (${esc(took)})${r.reason ? ` <small>${esc(localText(r.reason))}</small>` : ""}`;
+}
+
 function renderCalls() {
   const calls = status.chain.calls || [];
   if (!calls.length) return `<p class="muted">${esc(t("noCalls"))}</p>`;
   const rows = calls.slice(0, 20).map((c) => {
-    const path = c.routes.map((r) => r.attempt === 0
-      ? `<span class="muted">${esc(r.route)}: ${esc(t("skipped"))} (${esc(r.reason)})</span>`
-      : r.ok ? `<b>${esc(r.route)}</b> ${esc(t("answered"))} (${tries(r.tries)}, ${r.elapsedMs} ms)`
-        : `${esc(r.route)} <span class="tag bad">${esc(r.code || "")}</span> (${tries(r.tries)}, ${r.elapsedMs} ms)${r.reason ? ` <small>${esc(r.reason)}</small>` : ""}`).join(" → ");
-    return `<tr><td>${esc(local(c.at, true))}</td><td>${esc(c.shim)}</td><td>${esc(c.kind)}</td>
-      <td><span class="tag ${c.outcome === "ok" ? "ok" : "bad"}">${esc(c.outcome)}</span>${c.code ? ` ${esc(c.code)}` : ""}</td><td>${c.elapsedMs} ms</td><td>${path}</td></tr>`;
+    const kind = `<span title="${esc(t("kindHint"))}: ${esc(c.kind)}" data-kind="${esc(c.kind)}">${esc(t(`kind-${c.kind}`))}</span>`;
+    return `<tr><td>${esc(fmtTime(c.at))}</td><td>${esc(c.shim)}</td><td>${kind}</td>
+      <td><span class="tag ${c.outcome === "ok" ? "ok" : "bad"}" title="${esc(c.outcome)}">${esc(t(c.outcome))}</span>${c.code ? ` ${esc(c.code)}` : ""}</td><td>${c.elapsedMs} ${esc(t("ms"))}</td><td>${c.routes.map(leg).join(" → ")}</td></tr>`;
   }).join("");
   return `<div class="scroll"><table><thead><tr><th>${t("time")}</th><th>${t("shim")}</th><th>${t("kind")}</th><th>${t("outcome")}</th><th>${t("took")}</th><th>${t("path")}</th></tr></thead><tbody>${rows}</tbody></table></div>`;
 }
@@ -267,7 +380,7 @@ function renderSwitches() {
     bySession.get(key).push(s);
   }
   return [...bySession].map(([session, list]) => {
-    const rows = list.map((s) => `<tr><td>${esc(local(s.at, true))}</td><td>${esc(s.shim)}</td><td>${esc(s.from)} → <b>${esc(s.to)}</b></td><td>${esc(s.class || "")}</td></tr>`).join("");
+    const rows = list.map((s) => `<tr><td>${esc(fmtTime(s.at))}</td><td>${esc(s.shim)}</td><td>${esc(s.from)} → <b>${esc(s.to)}</b></td><td>${esc(s.class || "")}</td></tr>`).join("");
     return `<h3 data-session="${esc(session)}">${esc(t("session"))}: ${session ? `<code>${esc(session)}</code>` : esc(t("noSession"))}</h3>
       <table><thead><tr><th>${t("time")}</th><th>${t("shim")}</th><th>${t("from")} → ${t("to")}</th><th>${t("cls")}</th></tr></thead><tbody>${rows}</tbody></table>`;
   }).join("");
@@ -277,7 +390,7 @@ function renderExchanges() {
   return shimNames().map((shim) => {
     const s = status[`${shim}Shim`] || {};
     const list = s.recentExchanges || [];
-    const rows = list.map((x) => `<tr><td>${esc(local(new Date(x.at).toISOString(), true))}</td>
+    const rows = list.map((x) => `<tr><td>${esc(fmtTime(x.at))}</td>
       <td>${x.beforeCount} → ${x.afterCount} ${esc(t("messages"))}</td><td>${x.beforeContent} → ${x.afterContent} ${esc(t("chars"))}</td>
       <td><span class="tag ${x.shrank ? "ok" : ""}">${esc(x.shrank ? t("shrank") : x.changed ? t("grew") : t("unchanged"))}</span></td></tr>`).join("");
     return `<div class="card" data-testid="exchanges-${esc(shim)}"><h3>${esc(shim)}</h3>${list.length
@@ -285,21 +398,32 @@ function renderExchanges() {
   }).join("");
 }
 
-function render() {
-  document.documentElement.lang = lang === "zh" ? "zh-CN" : "en";
-  for (const el of document.querySelectorAll("[data-t]")) el.textContent = t(el.dataset.t);
-  if (!status) return;
+function renderHeader() {
   const secs = Math.round(status.uptimeMs / 1000);
-  document.getElementById("meta").textContent = `v${status.version} · ${t("uptime")} ${Math.floor(secs / 3600)}h ${Math.floor(secs / 60) % 60}m ${secs % 60}s`;
+  const up = `${Math.floor(secs / 3600)}${t("hours")} ${Math.floor(secs / 60) % 60}${t("minutes")} ${secs % 60}${t("seconds")}`;
+  document.getElementById("meta").textContent = `${t("version")} ${status.version} · ${t("uptime")} ${up}`;
   const live = document.getElementById("live");
   const stale = Date.now() - lastOk > 3000;
-  live.textContent = stale ? t("stale") : `${t("updated")} ${local(new Date(lastOk).toISOString(), true)}`;
+  live.textContent = stale ? t("stale") : `${t("updated")} ${fmtTime(lastOk)}`;
   live.classList.toggle("stale", stale);
   const mode = document.getElementById("mode");
+  for (const option of mode.options) option.textContent = t(`mode-${option.value}`);
   if (document.activeElement !== mode) mode.value = status.chain.ordering.mode;
   mode.disabled = !status.config.path;
   document.getElementById("mode-note").textContent = status.config.path
     ? `${t("writesTo")} ${status.config.path}` : t("noFile");
+  const box = document.getElementById("filter");
+  box.placeholder = t("filterHint");
+  box.setAttribute("aria-label", t("filter"));
+  document.getElementById("filter-row").hidden =
+    !Object.values(status.chain.routes).some((list) => list.length > COLLAPSE_AT);
+}
+
+function render() {
+  document.documentElement.lang = lang === "zh" ? "zh-CN" : "en";
+  for (const el of document.querySelectorAll("[data-t]")) el.textContent = t(el.dataset.t);
+  if (!status) return;
+  renderHeader();
   set("shims", renderShims());
   set("chain", renderChain());
   set("routes", renderRoutes());
@@ -315,19 +439,22 @@ async function getJson(path) {
   return r.json();
 }
 
-let polling = false;
+// Each read is numbered; a read that started before the newest applied
+// one (a poll in flight while an action answered) is dropped.
+let asked = 0;
+let applied = 0;
 async function refresh() {
-  if (polling) return;
-  polling = true;
+  const mine = ++asked;
   try {
     const [s, w] = await Promise.all([getJson("/status"), getJson("/switches")]);
+    if (mine < applied) return;
+    applied = mine;
     status = s;
     switches = w.switches || [];
     lastOk = Date.now();
   } catch (e) {
     // Shown as "not updating"; the last data stays on screen.
   } finally {
-    polling = false;
     render();
   }
 }
@@ -352,17 +479,44 @@ async function post(path, body) {
   return r.json();
 }
 
+// What an action's answer says, applied to the page's copy of /status so
+// it redraws at once: every answer carries the new effective order; the
+// action itself says what else changed.
+function patch(action, answer) {
+  const chain = status && status.chain;
+  if (!chain || !answer) return;
+  const shim = answer.shim || action.order || action.pin || (action.post || "").split("/")[2];
+  const shimOf = (name) => decodeURIComponent(name || "");
+  if (answer.effective && !Array.isArray(answer.effective)) Object.assign(chain.ordering.effective, answer.effective);
+  else if (answer.effective && shimOf(shim) in chain.ordering.effective) chain.ordering.effective[shimOf(shim)] = answer.effective;
+  if (action.mode) chain.ordering.mode = answer.mode || action.mode;
+  if (action.pin) chain.ordering.pinned[action.pin] = action.route;
+  if (action.order && answer.configured) {
+    const byName = new Map(chain.routes[action.order].map((r) => [r.name, r]));
+    chain.routes[action.order] = answer.configured.map((n) => byName.get(n)).filter(Boolean);
+  }
+  const verb = /\/routes\/([^/]+)\/([^/]+)\/(enable|disable)$/.exec(action.post || "");
+  if (verb) {
+    const route = (chain.routes[shimOf(verb[1])] || []).find((r) => r.name === shimOf(verb[2]));
+    if (route) route.disabled = verb[3] === "disable";
+  }
+}
+
 async function act(action) {
   try {
-    if (action.post) await post(action.post);
-    else if (action.pin) await post(`/routes/${encodeURIComponent(action.pin)}/pin`, { route: action.route });
-    else if (action.order) await post(`/routes/${encodeURIComponent(action.order)}/order`, { routes: action.routes });
-    else if (action.mode) await post("/ordering", { mode: action.mode });
+    let answer;
+    if (action.post) answer = await post(action.post);
+    else if (action.pin) answer = await post(`/routes/${encodeURIComponent(action.pin)}/pin`, { route: action.route });
+    else if (action.order) answer = await post(`/routes/${encodeURIComponent(action.order)}/order`, { routes: action.routes });
+    else if (action.mode) answer = await post("/ordering", { mode: action.mode });
     showError("");
+    patch(action, answer);
+    applied = ++asked;
   } catch (e) {
     showError(e.message);
   }
   shown.clear();
+  render();
   await refresh();
 }
 
@@ -378,6 +532,17 @@ function setLang(next) {
 document.addEventListener("click", (ev) => {
   const b = ev.target.closest("button[data-action]");
   if (b && !b.disabled) act(JSON.parse(b.dataset.action));
+  const more = ev.target.closest("button[data-expand]");
+  if (more) {
+    const shim = more.dataset.expand;
+    if (expanded.has(shim)) expanded.delete(shim);
+    else expanded.add(shim);
+    render();
+  }
+});
+document.getElementById("filter").addEventListener("input", (ev) => {
+  filter = ev.target.value;
+  render();
 });
 document.getElementById("mode").addEventListener("change", (ev) => act({ mode: ev.target.value }));
 document.getElementById("lang-en").addEventListener("click", () => setLang("en"));

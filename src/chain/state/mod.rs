@@ -124,6 +124,10 @@ pub struct RouteReport {
     pub switched_to: Option<String>,
     /// The wait the upstream asked for on the last failure, if it named one.
     pub retry_after: Option<Duration>,
+    /// A route left out without a try: why, in the effective order's words
+    /// (`cooling`, `breaker-open`, …), and until when, so the panel says
+    /// it in the reader's language and zone.
+    pub skipped: Option<(Reason, Option<SystemTime>)>,
 }
 
 impl RouteReport {
@@ -139,6 +143,8 @@ impl RouteReport {
             "elapsedMs": self.elapsed.as_millis() as u64,
             "switched": self.switched_to.is_some(),
             "switchedTo": self.switched_to,
+            "skipped": self.skipped.map(|(reason, _)| reason.as_str()),
+            "until": self.skipped.and_then(|(_, until)| until).map(iso8601),
         })
     }
 }

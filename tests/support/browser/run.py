@@ -15,7 +15,7 @@ from playwright.sync_api import sync_playwright
 import attack
 import panel
 
-SCENARIOS = {"attack": attack.run, "panel": panel.run}
+SCENARIOS = {"attack": attack.run, "panel": panel.run, "many": panel.run_many}
 
 # The flags the workplace's closed network needs (no background fetches),
 # plus: Local Network Access off, so the tests see what a browser without
