@@ -48,7 +48,7 @@ const TEXT = {
     noSession: "(no conversation id)", before: "before", after: "after", messages: "messages",
     chars: "characters", shrank: "shrank", unchanged: "unchanged", grew: "changed",
     noExchanges: "No exchanges yet.", noFile: "runs on built-in defaults: order and mode cannot be written",
-    writesTo: "changes are written to", updated: "updated", stale: "not updating", uptime: "up",
+    writesTo: "changes are written to", reload: "reload config", reloaded: "reloaded at", updated: "updated", stale: "not updating", uptime: "up",
     byHand: "by hand", of: "of", ms: "ms", "tokens/s": "tokens/s", "chars/s": "chars/s", unlimited: "no cap",
     hours: "h", minutes: "m", seconds: "s", version: "version",
   },
@@ -90,7 +90,7 @@ const TEXT = {
     noSwitches: "尚无切换。", noSession: "（无会话 ID）", before: "之前", after: "之后",
     messages: "条消息", chars: "字符", shrank: "已缩短", unchanged: "未变", grew: "有改动",
     noExchanges: "尚无交换。", noFile: "使用内置默认配置：无法写入顺序与模式",
-    writesTo: "修改写入", updated: "更新于", stale: "未在更新", uptime: "运行", byHand: "手动",
+    writesTo: "修改写入", reload: "重新加载配置", reloaded: "已重新加载于", updated: "更新于", stale: "未在更新", uptime: "运行", byHand: "手动",
     of: "/", ms: "毫秒", "tokens/s": "token/秒", "chars/s": "字符/秒", unlimited: "不限",
     hours: "时", minutes: "分", seconds: "秒", version: "版本",
   },
@@ -412,6 +412,10 @@ function renderHeader() {
   mode.disabled = !status.config.path;
   document.getElementById("mode-note").textContent = status.config.path
     ? `${t("writesTo")} ${status.config.path}` : t("noFile");
+  // Reload re-reads the file: what SIGHUP does on Unix, and the way on
+  // Windows, which has no HUP.
+  document.getElementById("reload").disabled = !status.config.path;
+  document.getElementById("reload-note").textContent = reloadedAt ? `${t("reloaded")} ${fmtTime(reloadedAt)}` : "";
   const box = document.getElementById("filter");
   box.placeholder = t("filterHint");
   box.setAttribute("aria-label", t("filter"));
@@ -502,10 +506,12 @@ function patch(action, answer) {
   }
 }
 
+let reloadedAt = 0;
 async function act(action) {
   try {
     let answer;
     if (action.post) answer = await post(action.post);
+    if (action.post === "/reload") reloadedAt = Date.now();
     else if (action.pin) answer = await post(`/routes/${encodeURIComponent(action.pin)}/pin`, { route: action.route });
     else if (action.order) answer = await post(`/routes/${encodeURIComponent(action.order)}/order`, { routes: action.routes });
     else if (action.mode) answer = await post("/ordering", { mode: action.mode });

@@ -298,6 +298,14 @@ def run(browser, params):
 
     eventually(counters_match, "counters equal /status at the end")
 
+    # Reload from the panel (Windows has no SIGHUP): the file is read
+    # again and the page says when.
+    reloads = status()["config"]["reloads"]
+    button("reload config").click()
+    eventually(lambda: status()["config"]["reloads"] == reloads + 1, "the panel's reload")
+    found["reloaded"] = eventually(lambda: testid(page, "reload-note").inner_text(), "the reload note")
+    assert found["reloaded"].startswith("reloaded at "), found["reloaded"]
+
     # Chinese: ?lang=zh, the browser's preference, and the switch back.
     page.goto(base + "/ui?lang=zh")
     eventually(lambda: page.locator("#h-shims").inner_text() == "垫片", "the Chinese page")
