@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{config_in, write_file, Entry, Installed, Launch, MARKER};
+use super::{write_file, Entry, Installed, Launch, MARKER};
 
 /// The agent's label (and file name without `.plist`).
 pub const LABEL: &str = "dev.shimgate.serve";
@@ -82,8 +82,13 @@ pub fn plist_text(launch: &Launch, home: &Path) -> String {
          \x20   <string>{log}</string>\n\
          </dict>\n\
          </plist>\n",
-        xml(MARKER).replace("--", "- -")
+        comment_marker()
     )
+}
+
+/// The marker as an XML comment may hold it (no `--`).
+fn comment_marker() -> String {
+    xml(MARKER).replace("--", "- -")
 }
 
 /// The `ProgramArguments` strings of a plist we wrote.
@@ -103,11 +108,7 @@ fn program_arguments(text: &str) -> Vec<String> {
 
 impl Entry for LaunchAgent {
     fn enable(&self, launch: &Launch) -> std::io::Result<String> {
-        if let Installed::Foreign { at } = self.status() {
-            return Err(std::io::Error::other(format!(
-                "{at} exists and was not written by shimgate: left alone"
-            )));
-        }
+        self.status().refuse_foreign()?;
         write_file(&self.plist(), &plist_text(launch, &self.home))?;
         Ok(self.plist().display().to_string())
     }
@@ -121,19 +122,7 @@ impl Entry for LaunchAgent {
     }
 
     fn status(&self) -> Installed {
-        let at = self.plist().display().to_string();
-        match std::fs::read_to_string(self.plist()) {
-            Err(_) => Installed::Nothing { at },
-            Ok(text) if text.contains(&xml(MARKER).replace("--", "- -")) => {
-                let words = program_arguments(&text);
-                Installed::Ours {
-                    at,
-                    command: words.join(" "),
-                    config: config_in(&words),
-                }
-            }
-            Ok(_) => Installed::Foreign { at },
-        }
+        Installed::of_file(&self.plist(), &comment_marker(), program_arguments)
     }
 
     fn start_now_hint(&self) -> &'static str {

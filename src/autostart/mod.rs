@@ -59,6 +59,39 @@ pub enum Installed {
     Foreign { at: String },
 }
 
+impl Installed {
+    /// Ours at `at`, running `words` (the binary, then its arguments).
+    pub(crate) fn ours(at: String, words: Vec<String>) -> Installed {
+        Installed::Ours {
+            config: config_in(&words),
+            command: words.join(" "),
+            at,
+        }
+    }
+
+    /// What a file-based entry holds: nothing, ours (its text carries
+    /// `marker`; its command read by `words`), or something else.
+    pub(crate) fn of_file(file: &Path, marker: &str, words: fn(&str) -> Vec<String>) -> Installed {
+        let at = file.display().to_string();
+        match std::fs::read_to_string(file) {
+            Err(_) => Installed::Nothing { at },
+            Ok(text) if text.contains(marker) => Installed::ours(at, words(&text)),
+            Ok(_) => Installed::Foreign { at },
+        }
+    }
+
+    /// `enable`'s refusal when something shimgate did not write holds the
+    /// place: it is left alone.
+    pub(crate) fn refuse_foreign(&self) -> std::io::Result<()> {
+        match self {
+            Installed::Foreign { at } => Err(std::io::Error::other(format!(
+                "{at} exists and was not written by shimgate: left alone"
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// One OS's kind of entry.
 pub trait Entry {
     /// Installs (or replaces our own) entry; returns where it is.

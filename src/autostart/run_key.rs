@@ -7,7 +7,7 @@
 use winreg::enums::{HKEY_CURRENT_USER, KEY_READ, KEY_SET_VALUE};
 use winreg::RegKey;
 
-use super::{config_in, Entry, Installed, Launch};
+use super::{Entry, Installed, Launch};
 
 /// The Run key, under HKCU.
 pub const RUN_KEY: &str = r"Software\Microsoft\Windows\CurrentVersion\Run";
@@ -49,11 +49,7 @@ fn at() -> String {
 
 impl Entry for RunKey {
     fn enable(&self, launch: &Launch) -> std::io::Result<String> {
-        if let Installed::Foreign { at } = self.status() {
-            return Err(std::io::Error::other(format!(
-                "{at} exists and was not written by shimgate: left alone"
-            )));
-        }
+        self.status().refuse_foreign()?;
         let (key, _) = RegKey::predef(HKEY_CURRENT_USER).create_subkey(RUN_KEY)?;
         key.set_value(VALUE, &command_line(launch))?;
         Ok(at())
@@ -76,14 +72,7 @@ impl Entry for RunKey {
             .ok();
         match value {
             None => Installed::Nothing { at: at() },
-            Some(line) if is_ours(&line) => {
-                let w = words(&line);
-                Installed::Ours {
-                    at: at(),
-                    command: w.join(" "),
-                    config: config_in(&w),
-                }
-            }
+            Some(line) if is_ours(&line) => Installed::ours(at(), words(&line)),
             Some(_) => Installed::Foreign { at: at() },
         }
     }
@@ -113,6 +102,6 @@ mod tests {
         );
         assert!(is_ours(&line));
         assert!(!is_ours(r#""C:\other.exe" "serve""#));
-        assert_eq!(config_in(&words(&line)), launch.config);
+        assert_eq!(super::super::config_in(&words(&line)), launch.config);
     }
 }

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{config_in, write_file, Entry, Installed, Launch, MARKER};
+use super::{write_file, Entry, Installed, Launch, MARKER};
 
 /// The unit's file name.
 pub const UNIT: &str = "shimgate.service";
@@ -87,11 +87,7 @@ fn exec_words(text: &str) -> Vec<String> {
 
 impl Entry for UserUnit {
     fn enable(&self, launch: &Launch) -> std::io::Result<String> {
-        if let Installed::Foreign { at } = self.status() {
-            return Err(std::io::Error::other(format!(
-                "{at} exists and was not written by shimgate: left alone"
-            )));
-        }
+        self.status().refuse_foreign()?;
         write_file(&self.unit(), &unit_text(launch))?;
         let link = self.wants_link();
         std::fs::create_dir_all(link.parent().unwrap_or(&self.dir))?;
@@ -116,19 +112,7 @@ impl Entry for UserUnit {
     }
 
     fn status(&self) -> Installed {
-        let at = self.unit().display().to_string();
-        match std::fs::read_to_string(self.unit()) {
-            Err(_) => Installed::Nothing { at },
-            Ok(text) if text.contains(MARKER) => {
-                let words = exec_words(&text);
-                Installed::Ours {
-                    at,
-                    command: words.join(" "),
-                    config: config_in(&words),
-                }
-            }
-            Ok(_) => Installed::Foreign { at },
-        }
+        Installed::of_file(&self.unit(), MARKER, exec_words)
     }
 
     fn start_now_hint(&self) -> &'static str {
