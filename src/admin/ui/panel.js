@@ -213,6 +213,7 @@ function renderRoutes() {
       const failure = r.lastFailure ? `${esc(r.lastFailure.code)} <span class="muted">${esc(local(r.lastFailure.at, true))}</span><br><small>${esc(r.lastFailure.reason)}</small>` : "";
       const hours = (r.activeHours || []).join(", ") || t("allDay");
       const window = r.until ? `${esc(hours)}; ${esc(t("until"))} ${esc(r.until)}` : esc(hours);
+      const via = r.proxy && r.proxy !== "none" ? `<br><small data-testid="proxy">⇄ ${esc(r.proxy)} <span class="muted">(${esc(r.proxySource)})</span></small>` : "";
       const changes = (r.changes || []).map((c) =>
         `<li>${esc(local(c.at, true))} <b>${esc(c.change)}</b>${c.byHand ? ` (${esc(t("byHand"))})` : ""}` +
         `${c.until ? ` → ${esc(local(c.until, true))}` : ""}${c.cause ? `: ${esc(c.cause)}` : ""}${c.source ? ` <span class="muted">[${esc(c.source)}]</span>` : ""}</li>`).join("");
@@ -220,7 +221,7 @@ function renderRoutes() {
         <td>${pct(r.successRate)} <span class="muted">(${r.ok}/${r.attempts})</span></td>
         <td>${r.ttftMedianMs != null ? `${r.ttftMedianMs} ms` : ""}</td><td>${speed}</td>
         <td>${today.promptTokens ?? 0} / ${today.completionTokens ?? 0}</td>
-        <td>${r.inFlight} / ${cap}</td><td>${breaker}</td><td>${r.score}</td><td>${failure}</td><td>${window}</td>
+        <td>${r.inFlight} / ${cap}</td><td>${breaker}</td><td>${r.score}</td><td>${failure}</td><td>${window}${via}</td>
         <td>${changes ? `<details><summary>${(r.changes || []).length}</summary><ul class="changes">${changes}</ul></details>` : ""}</td></tr>`;
     }).join("");
     return `<h3>${esc(shim)}</h3><div class="scroll"><table><thead><tr>
