@@ -186,6 +186,9 @@ pub struct Ordering {
     pub quota_cooldown_hour: Option<u8>,
     /// How long measured ordering remembers an attempt.
     pub measure_window: Duration,
+    /// `zone`: of the quota hour, the route windows and a reset stated as
+    /// a wall time (default: the system's).
+    pub zone: crate::chain::rest::Zone,
 }
 
 impl Default for Ordering {
@@ -195,6 +198,7 @@ impl Default for Ordering {
             quota_cooldown: Duration::from_millis(DEFAULT_QUOTA_COOLDOWN_MS),
             quota_cooldown_hour: None,
             measure_window: Duration::from_millis(DEFAULT_MEASURE_WINDOW_MS),
+            zone: crate::chain::rest::Zone::LOCAL,
         }
     }
 }
@@ -686,6 +690,14 @@ fn apply_ordering(o: raw::RawOrdering, ordering: &mut Ordering) -> Result<(), Co
     }
     if let Some(ms) = o.measure_window_ms {
         ordering.measure_window = positive_ms("ordering.measure_window_ms", ms)?;
+    }
+    if let Some(name) = o.zone {
+        ordering.zone = crate::chain::rest::Zone::named(&name).ok_or_else(|| {
+            ConfigError::at(
+                "ordering.zone",
+                format!("{name:?} is not an IANA zone name (e.g. \"Asia/Shanghai\", \"UTC\")"),
+            )
+        })?;
     }
     Ok(())
 }

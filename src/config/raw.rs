@@ -77,6 +77,8 @@ pub struct RawOrdering {
     pub quota_cooldown_ms: Option<u64>,
     pub quota_cooldown_hour: Option<u64>,
     pub measure_window_ms: Option<u64>,
+    /// IANA zone name of the quota hour and route windows.
+    pub zone: Option<String>,
 }
 
 /// `[upstream]`.
