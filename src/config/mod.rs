@@ -390,6 +390,11 @@ pub struct Config {
     pub admin: AdminConfig,
     /// `[upstream] proxy`.
     pub upstream_proxy: Option<ProxySetting>,
+    /// `[upstream] roots`.
+    pub roots: crate::http::client::Roots,
+    /// `[upstream] ca_file`: roots added to `roots` (read when the client
+    /// is built; checked when the config is).
+    pub ca_file: Option<PathBuf>,
     /// Every registered shim's section, in registry order.
     pub shims: Vec<ShimConfig>,
 }
@@ -431,6 +436,8 @@ impl Default for Config {
             state_ttl: Duration::from_millis(DEFAULT_STATE_TTL_MS),
             admin: AdminConfig::default(),
             upstream_proxy: None,
+            roots: crate::http::client::Roots::default(),
+            ca_file: None,
             shims: registry::facts().iter().map(ShimConfig::of).collect(),
         }
     }
@@ -529,6 +536,22 @@ impl Config {
             }
             if let Some(p) = u.proxy {
                 config.upstream_proxy = Some(proxy_setting("upstream.proxy", &p)?);
+            }
+            config.roots = match u.roots.as_deref().map(str::trim) {
+                None | Some("system") => crate::http::client::Roots::System,
+                Some("bundled") => crate::http::client::Roots::Bundled,
+                Some(other) => {
+                    return Err(ConfigError::at(
+                        "upstream.roots",
+                        format!("{other:?} is not \"system\" or \"bundled\""),
+                    ))
+                }
+            };
+            if let Some(file) = u.ca_file {
+                let path = expand_home(&file);
+                crate::http::client::pem_roots(&path)
+                    .map_err(|e| ConfigError::at("upstream.ca_file", e))?;
+                config.ca_file = Some(path);
             }
         }
         if let Some(l) = raw.limits {
@@ -960,6 +983,23 @@ fn proxy_setting(path: &str, text: &str) -> Result<ProxySetting, ConfigError> {
 }
 
 impl Config {
+    /// The upstream client for this config's timeouts and trust.
+    pub fn http_client(&self) -> crate::http::client::HttpClient {
+        use crate::http::client::{pem_roots, HttpClient, Tls};
+        let extra = match &self.ca_file {
+            // Checked at load; a file gone since is reported, not skipped.
+            Some(path) => match pem_roots(path) {
+                Ok(certs) => certs,
+                Err(e) => {
+                    tracing::warn!(error = %e, "upstream.ca_file cannot be read; its roots are not added");
+                    Vec::new()
+                }
+            },
+            None => Vec::new(),
+        };
+        HttpClient::with_tls(self.timeouts.connect, Tls::for_roots(self.roots, extra))
+    }
+
     /// Fills each route's [`Via`] from its own `proxy`, `[upstream] proxy`
     /// and `env` (the environment's or system's setting).
     pub fn resolve_proxies(&mut self, env: &proxy::Environment) {

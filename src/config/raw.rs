@@ -90,6 +90,10 @@ pub struct RawUpstream {
     pub idle_timeout_ms: Option<u64>,
     /// A proxy URL or `"none"` (DESIGN §10 "Networks").
     pub proxy: Option<String>,
+    /// `"system"` or `"bundled"`.
+    pub roots: Option<String>,
+    /// Extra trusted roots (PEM).
+    pub ca_file: Option<String>,
 }
 
 /// `[limits]`.

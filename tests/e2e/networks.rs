@@ -492,3 +492,88 @@ async fn the_compressor_and_loopback_routes_go_direct_with_a_global_proxy() {
         tp.log()
     );
 }
+
+/// A TLS front (a certificate for `localhost` from a private authority)
+/// relaying to `plain`; returns its port and the authority's PEM.
+async fn tls_front(plain: std::net::SocketAddr) -> (u16, String) {
+    use std::sync::Arc;
+    use tokio_rustls::rustls::{self, pki_types};
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(certified.cert.der());
+    let lines: Vec<&str> = b64
+        .as_bytes()
+        .chunks(64)
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect();
+    let pem = format!(
+        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+        lines.join("\n")
+    );
+    let key = pki_types::PrivateKeyDer::Pkcs8(pki_types::PrivatePkcs8KeyDer::from(
+        certified.signing_key.serialize_der(),
+    ));
+    let server = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![certified.cert.der().clone()], key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let Ok(mut up) = tokio::net::TcpStream::connect(plain).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut up).await;
+            });
+        }
+    });
+    (port, pem)
+}
+
+/// An https route whose certificate comes from an authority the OS does
+/// not know fails naming the certificate problem; with that authority in
+/// `[upstream] ca_file` it succeeds (with the system's verifier and with
+/// the bundled roots alike).
+#[tokio::test]
+async fn a_private_authority_is_refused_until_it_is_in_ca_file() {
+    let up = Upstream::always(trae::reply(&trae::answer("over tls", None, 5))).await;
+    let (port, pem) = tls_front(up.addr).await;
+    let dir = tempdir();
+    std::fs::write(dir.join("corp-root.pem"), &pem).unwrap();
+    let url = format!("https://localhost:{port}");
+    let gate = Gate::start(&format!("{FAST}{}", route("trae", "t", &url, None))).await;
+    let resp = call_trae(&gate.trae).await;
+    assert_ne!(resp.status, StatusCode::OK);
+    let reason = last_reason(&gate.status().await, "trae", 0);
+    assert!(reason.contains("certificate"), "{reason}");
+    eprintln!("without ca_file, /status said: {reason}");
+    for roots in ["system", "bundled"] {
+        let toml = format!(
+            "{FAST}[upstream]\nroots = \"{roots}\"\nca_file = \"{}\"\n{}",
+            dir.join("corp-root.pem").display(),
+            route("trae", "t", &url, None)
+        );
+        let gate = Gate::start(&toml).await;
+        let resp = call_trae(&gate.trae).await;
+        assert_eq!(resp.status, StatusCode::OK, "{roots}: {}", resp.text());
+        assert_eq!(shimgate_testkit::trae::digest(&resp.body).text, "over tls");
+    }
+    let missing = format!(
+        "[upstream]\nca_file = \"{}\"\n",
+        dir.join("none.pem").display()
+    );
+    let bad = shimgate::config::Config::from_toml(&missing)
+        .unwrap_err()
+        .to_string();
+    assert!(bad.starts_with("upstream.ca_file: cannot read"), "{bad}");
+}
