@@ -589,14 +589,15 @@ async fn a_private_authority_is_refused_until_it_is_in_ca_file() {
     assert!(bad.starts_with("upstream.ca_file: cannot read"), "{bad}");
 }
 
-/// `mitmdump` from `.venv` (tests/requirements.txt), `SHIMGATE_MITMDUMP`
-/// or `PATH`, or `None` with a note.
+/// `mitmdump` from `SHIMGATE_MITMDUMP`, `.venv-mitm` (`python3 -m venv
+/// .venv-mitm && .venv-mitm/bin/pip install -r tests/requirements-mitm.txt`,
+/// as `.ci/run` does) or `PATH`, or `None` with a note.
 fn mitmdump() -> Option<PathBuf> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let found = std::env::var_os("SHIMGATE_MITMDUMP")
         .map(PathBuf::from)
         .into_iter()
-        .chain([root.join(".venv/bin/mitmdump")])
+        .chain([root.join(".venv-mitm/bin/mitmdump")])
         .find(|p| p.is_file());
     if found.is_some() {
         return found;
