@@ -22,7 +22,7 @@ use crate::chain::state::ChainState;
 use crate::chain::ChainCtx;
 use crate::clock::iso8601;
 use crate::config::{Config, ConfigError};
-use crate::http::client::{self, proxy, HttpClient};
+use crate::http::client::{proxy, HttpClient};
 use crate::registry;
 use identity::ProxyIdentity;
 use rid::RidRegistry;
@@ -67,7 +67,7 @@ impl App {
     /// State for a validated config.
     pub fn new(mut config: Config) -> Arc<App> {
         config.resolve_proxies(&proxy::Environment::read());
-        let client = client::client(config.timeouts.connect);
+        let client = config.http_client();
         let identity = ProxyIdentity::load_or_create(&config.state_dir);
         let chain = Arc::new(ChainState::new());
         let route_file = Arc::new(RouteStore::open(&config, &chain, Now::system()));
@@ -123,7 +123,7 @@ impl App {
         // The environment's proxy setting is read again: a change takes
         // effect with a reload.
         config.resolve_proxies(&proxy::Environment::read());
-        let client = client::client(config.timeouts.connect);
+        let client = config.http_client();
         let config = Arc::new(config);
         *self.live.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Live {
             config: config.clone(),

@@ -175,8 +175,13 @@ pub fn decide(event: Event<'_>, at: &Progress, rules: &Rules<'_>, now: Now) -> D
         Event::AtCapacity => return Decision::to(leave(at)),
         Event::Failed(failure) => failure,
     };
-    let cool = (failure.code == FailureCode::Quota)
-        .then(|| rest::quota_rest(failure.retry_after, rules.ordering, rules.zone, now.wall));
+    let cool = (failure.code == FailureCode::Quota).then(|| {
+        // A reset stated as a wall time in the text, read in the zone.
+        let stated = failure
+            .retry_after
+            .or_else(|| rest::stated_wall_reset(&failure.message, rules.zone, now.wall));
+        rest::quota_rest(stated, rules.ordering, rules.zone, now.wall)
+    });
     let mut budget_exhausted = false;
     let next = if at.shutting_down {
         Next::Stop(Stop::ShuttingDown)
@@ -631,6 +636,31 @@ mod tests {
     }
 
     #[test]
+    fn a_reset_stated_as_a_beijing_wall_time_sets_the_rest() {
+        let p = policy();
+        let ordering = Ordering::default();
+        let rules = Rules {
+            retry: &p,
+            ordering: &ordering,
+            housekeeping: false,
+            zone: Zone::Named(chrono_tz::Tz::Asia__Shanghai),
+        };
+        // 2026-12-01T09:00Z is 17:00 in Beijing.
+        let wall = std::time::UNIX_EPOCH + Duration::from_secs(1_796_083_200 + 9 * 3600);
+        let now = Now {
+            wall,
+            ..Now::system()
+        };
+        let f = Failure::new(FailureCode::Quota, "您的限额将在 2026-12-01 18:08:11 重置");
+        let d = decide(Event::Failed(&f), &progress(1, true), &rules, now);
+        assert_eq!(d.cool, Some(Duration::from_secs(3600 + 8 * 60 + 11)));
+        // Already past: the configured rest.
+        let later = now.after(Duration::from_secs(2 * 3600));
+        let d = decide(Event::Failed(&f), &progress(1, true), &rules, later);
+        assert_eq!(d.cool, Some(ordering.quota_cooldown));
+    }
+
+    #[test]
     fn a_quota_rest_ends_at_the_configured_local_hour() {
         let p = policy();
         let ordering = Ordering {
@@ -642,7 +672,7 @@ mod tests {
             retry: &p,
             ordering: &ordering,
             housekeeping: false,
-            zone: Zone(|_| 8 * 3600),
+            zone: Zone::Named(chrono_tz::Tz::Asia__Shanghai),
         };
         // 2026-12-01T15:50Z is 23:50 at +08:00.
         let wall = std::time::UNIX_EPOCH + Duration::from_secs(1_796_083_200 + 15 * 3600 + 50 * 60);

@@ -483,7 +483,7 @@ impl Driver<'_> {
             retry: self.spec.retry(),
             ordering: self.spec.ordering(),
             housekeeping: self.spec.housekeeping,
-            zone: rest::Zone::LOCAL,
+            zone: self.spec.ordering().zone,
         };
         let budget_left = matches!(event, Event::Failed(_))
             && self.ctx.state.budget_allows(
@@ -555,6 +555,16 @@ impl Driver<'_> {
                 self.spec.ordering().quota_cooldown_hour,
             ) {
                 (Some(_), _) => failure.stated_by.unwrap_or("the upstream's stated reset"),
+                (None, _)
+                    if rest::stated_wall_reset(
+                        &failure.message,
+                        self.spec.ordering().zone,
+                        now.wall,
+                    )
+                    .is_some() =>
+                {
+                    "a wall time the upstream stated, in [ordering] zone"
+                }
                 (None, Some(_)) => "the configured rest (to quota_cooldown_hour)",
                 (None, None) => "the configured rest (quota_cooldown_ms)",
             };

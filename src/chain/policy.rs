@@ -151,7 +151,11 @@ fn find_resets(
 /// An absolute reset time: RFC 3339, or epoch seconds (or milliseconds).
 fn reset_at(value: &serde_json::Value, now: SystemTime) -> Option<Duration> {
     let at = match value {
-        serde_json::Value::String(s) => humantime::parse_rfc3339_weak(s.trim()).ok()?,
+        // A wall time without `Z` is the provider's zone's, not UTC: read
+        // from the failure's text in `[ordering] zone` (`rest::stated_wall_reset`).
+        serde_json::Value::String(s) if s.trim().ends_with(['Z', 'z']) => {
+            humantime::parse_rfc3339_weak(s.trim()).ok()?
+        }
         serde_json::Value::Number(n) => {
             let n = n.as_f64().filter(|n| n.is_finite() && *n > 0.0)?;
             // Past ~2286 in seconds: milliseconds.

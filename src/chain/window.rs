@@ -72,7 +72,7 @@ struct Local(i64);
 
 impl Local {
     fn at(t: SystemTime, zone: Zone) -> Local {
-        Local(epoch_ms(t) + i64::from(zone.0(t)) * 1000)
+        Local(epoch_ms(t) + i64::from(zone.offset(t)) * 1000)
     }
 
     fn hour(self) -> u8 {
@@ -98,7 +98,7 @@ fn hour_of(local_ms: i64) -> u8 {
 /// instant, so a daylight-saving change in between is honoured).
 fn to_instant(local_ms: i64, zone: Zone) -> SystemTime {
     let guess = from_epoch_ms(local_ms);
-    let offset = i64::from(zone.0(guess)) * 1000;
+    let offset = i64::from(zone.offset(guess)) * 1000;
     from_epoch_ms(local_ms - offset)
 }
 
@@ -149,8 +149,8 @@ mod tests {
         }
     }
 
-    /// UTC+8, as the seeds' users live.
-    const SHANGHAI: Zone = Zone(|_| 8 * 3600);
+    /// Beijing time (UTC+8, no daylight saving), as the seeds' users live.
+    const SHANGHAI: Zone = Zone::Named(chrono_tz::Tz::Asia__Shanghai);
 
     #[test]
     fn both_ends_of_a_range_are_included() {

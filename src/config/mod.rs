@@ -188,6 +188,9 @@ pub struct Ordering {
     pub quota_cooldown_hour: Option<u8>,
     /// How long measured ordering remembers an attempt.
     pub measure_window: Duration,
+    /// `zone`: of the quota hour, the route windows and a reset stated as
+    /// a wall time (default: the system's).
+    pub zone: crate::chain::rest::Zone,
 }
 
 impl Default for Ordering {
@@ -197,6 +200,7 @@ impl Default for Ordering {
             quota_cooldown: Duration::from_millis(DEFAULT_QUOTA_COOLDOWN_MS),
             quota_cooldown_hour: None,
             measure_window: Duration::from_millis(DEFAULT_MEASURE_WINDOW_MS),
+            zone: crate::chain::rest::Zone::LOCAL,
         }
     }
 }
@@ -388,6 +392,11 @@ pub struct Config {
     pub admin: AdminConfig,
     /// `[upstream] proxy`.
     pub upstream_proxy: Option<ProxySetting>,
+    /// `[upstream] roots`.
+    pub roots: crate::http::client::Roots,
+    /// `[upstream] ca_file`: roots added to `roots` (read when the client
+    /// is built; checked when the config is).
+    pub ca_file: Option<PathBuf>,
     /// Every registered shim's section, in registry order.
     pub shims: Vec<ShimConfig>,
 }
@@ -407,6 +416,8 @@ impl Default for Config {
             state_ttl: Duration::from_millis(DEFAULT_STATE_TTL_MS),
             admin: AdminConfig::default(),
             upstream_proxy: None,
+            roots: crate::http::client::Roots::default(),
+            ca_file: None,
             shims: registry::facts().iter().map(ShimConfig::of).collect(),
         }
     }
@@ -506,6 +517,22 @@ impl Config {
             }
             if let Some(p) = u.proxy {
                 config.upstream_proxy = Some(proxy_setting("upstream.proxy", &p)?);
+            }
+            config.roots = match u.roots.as_deref().map(str::trim) {
+                None | Some("system") => crate::http::client::Roots::System,
+                Some("bundled") => crate::http::client::Roots::Bundled,
+                Some(other) => {
+                    return Err(ConfigError::at(
+                        "upstream.roots",
+                        format!("{other:?} is not \"system\" or \"bundled\""),
+                    ))
+                }
+            };
+            if let Some(file) = u.ca_file {
+                let path = expand_home(&file);
+                crate::http::client::pem_roots(&path)
+                    .map_err(|e| ConfigError::at("upstream.ca_file", e))?;
+                config.ca_file = Some(path);
             }
         }
         if let Some(l) = raw.limits {
@@ -667,6 +694,14 @@ fn apply_ordering(o: raw::RawOrdering, ordering: &mut Ordering) -> Result<(), Co
     }
     if let Some(ms) = o.measure_window_ms {
         ordering.measure_window = positive_ms("ordering.measure_window_ms", ms)?;
+    }
+    if let Some(name) = o.zone {
+        ordering.zone = crate::chain::rest::Zone::named(&name).ok_or_else(|| {
+            ConfigError::at(
+                "ordering.zone",
+                format!("{name:?} is not an IANA zone name (e.g. \"Asia/Shanghai\", \"UTC\")"),
+            )
+        })?;
     }
     Ok(())
 }
@@ -929,6 +964,23 @@ fn proxy_setting(path: &str, text: &str) -> Result<ProxySetting, ConfigError> {
 }
 
 impl Config {
+    /// The upstream client for this config's timeouts and trust.
+    pub fn http_client(&self) -> crate::http::client::HttpClient {
+        use crate::http::client::{pem_roots, HttpClient, Tls};
+        let extra = match &self.ca_file {
+            // Checked at load; a file gone since is reported, not skipped.
+            Some(path) => match pem_roots(path) {
+                Ok(certs) => certs,
+                Err(e) => {
+                    tracing::warn!(error = %e, "upstream.ca_file cannot be read; its roots are not added");
+                    Vec::new()
+                }
+            },
+            None => Vec::new(),
+        };
+        HttpClient::with_tls(self.timeouts.connect, Tls::for_roots(self.roots, extra))
+    }
+
     /// Fills each route's [`Via`] from its own `proxy`, `[upstream] proxy`
     /// and `env` (the environment's or system's setting).
     pub fn resolve_proxies(&mut self, env: &proxy::Environment) {

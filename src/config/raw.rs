@@ -77,6 +77,8 @@ pub struct RawOrdering {
     pub quota_cooldown_ms: Option<u64>,
     pub quota_cooldown_hour: Option<u64>,
     pub measure_window_ms: Option<u64>,
+    /// IANA zone name of the quota hour and route windows.
+    pub zone: Option<String>,
 }
 
 /// `[upstream]`.
@@ -88,6 +90,10 @@ pub struct RawUpstream {
     pub idle_timeout_ms: Option<u64>,
     /// A proxy URL or `"none"` (DESIGN §10 "Networks").
     pub proxy: Option<String>,
+    /// `"system"` or `"bundled"`.
+    pub roots: Option<String>,
+    /// Extra trusted roots (PEM).
+    pub ca_file: Option<String>,
 }
 
 /// `[limits]`.

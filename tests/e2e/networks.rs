@@ -6,7 +6,9 @@
 //! `HTTP_PROXY` and `NO_PROXY`; a dead proxy and a 407 failing over with
 //! the reason in `/status`; loopback (the compressor) direct with a
 //! global proxy set; no password in the logs (at debug), `/status`,
-//! `/metrics` or an error body.
+//! `/metrics` or an error body; a private authority and mitmproxy (from
+//! PyPI, the corporate TLS interceptor) refused until their root is in
+//! `ca_file`.
 //!
 //! `.ci/run` installs tinyproxy and microsocks; elsewhere these tests skip
 //! with a note, unless `SHIMGATE_REQUIRE_EXTERNAL=1`.
@@ -70,7 +72,12 @@ impl ProxyProc {
         format!("{scheme}://{user}:{password}@127.0.0.1:{}", self.port)
     }
 
-    fn start(mut cmd: Command, port: u16, dir: TempDir) -> ProxyProc {
+    fn start(cmd: Command, port: u16, dir: TempDir) -> ProxyProc {
+        ProxyProc::start_within(cmd, port, dir, Duration::from_secs(4))
+    }
+
+    /// Starts `cmd` and waits until `port` accepts (at most `patience`).
+    fn start_within(mut cmd: Command, port: u16, dir: TempDir, patience: Duration) -> ProxyProc {
         let log = std::fs::File::create(dir.join("log")).unwrap();
         let child = cmd
             .stdin(Stdio::null())
@@ -78,10 +85,14 @@ impl ProxyProc {
             .stderr(log)
             .spawn()
             .unwrap();
-        let p = ProxyProc { child, port, dir };
-        for _ in 0..200 {
+        let mut p = ProxyProc { child, port, dir };
+        let started = std::time::Instant::now();
+        while started.elapsed() < patience {
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
                 return p;
+            }
+            if let Ok(Some(status)) = p.child.try_wait() {
+                panic!("the proxy on {port} exited ({status}):\n{}", p.log());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -491,4 +502,161 @@ async fn the_compressor_and_loopback_routes_go_direct_with_a_global_proxy() {
         "{}",
         tp.log()
     );
+}
+
+/// A TLS front (a certificate for `localhost` from a private authority)
+/// relaying to `plain`; returns its port and the authority's PEM.
+async fn tls_front(plain: std::net::SocketAddr) -> (u16, String) {
+    use std::sync::Arc;
+    use tokio_rustls::rustls::{self, pki_types};
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(certified.cert.der());
+    let lines: Vec<&str> = b64
+        .as_bytes()
+        .chunks(64)
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect();
+    let pem = format!(
+        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+        lines.join("\n")
+    );
+    let key = pki_types::PrivateKeyDer::Pkcs8(pki_types::PrivatePkcs8KeyDer::from(
+        certified.signing_key.serialize_der(),
+    ));
+    let server = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![certified.cert.der().clone()], key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let Ok(mut up) = tokio::net::TcpStream::connect(plain).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut up).await;
+            });
+        }
+    });
+    (port, pem)
+}
+
+/// An https route whose certificate comes from an authority the OS does
+/// not know fails naming the certificate problem; with that authority in
+/// `[upstream] ca_file` it succeeds (with the system's verifier and with
+/// the bundled roots alike).
+#[tokio::test]
+async fn a_private_authority_is_refused_until_it_is_in_ca_file() {
+    let up = Upstream::always(trae::reply(&trae::answer("over tls", None, 5))).await;
+    let (port, pem) = tls_front(up.addr).await;
+    let dir = tempdir();
+    std::fs::write(dir.join("corp-root.pem"), &pem).unwrap();
+    let url = format!("https://localhost:{port}");
+    let gate = Gate::start(&format!("{FAST}{}", route("trae", "t", &url, None))).await;
+    let resp = call_trae(&gate.trae).await;
+    assert_ne!(resp.status, StatusCode::OK);
+    let reason = last_reason(&gate.status().await, "trae", 0);
+    assert!(reason.contains("certificate"), "{reason}");
+    eprintln!("without ca_file, /status said: {reason}");
+    for roots in ["system", "bundled"] {
+        let toml = format!(
+            "{FAST}[upstream]\nroots = \"{roots}\"\nca_file = \"{}\"\n{}",
+            dir.join("corp-root.pem").display(),
+            route("trae", "t", &url, None)
+        );
+        let gate = Gate::start(&toml).await;
+        let resp = call_trae(&gate.trae).await;
+        assert_eq!(resp.status, StatusCode::OK, "{roots}: {}", resp.text());
+        assert_eq!(shimgate_testkit::trae::digest(&resp.body).text, "over tls");
+    }
+    let missing = format!(
+        "[upstream]\nca_file = \"{}\"\n",
+        dir.join("none.pem").display()
+    );
+    let bad = shimgate::config::Config::from_toml(&missing)
+        .unwrap_err()
+        .to_string();
+    assert!(bad.starts_with("upstream.ca_file: cannot read"), "{bad}");
+}
+
+/// `mitmdump` from `SHIMGATE_MITMDUMP`, `.venv-mitm` (`python3 -m venv
+/// .venv-mitm && .venv-mitm/bin/pip install -r tests/requirements-mitm.txt`,
+/// as `.ci/run` does) or `PATH`, or `None` with a note.
+fn mitmdump() -> Option<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let found = std::env::var_os("SHIMGATE_MITMDUMP")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain([root.join(".venv-mitm/bin/mitmdump")])
+        .find(|p| p.is_file());
+    if found.is_some() {
+        return found;
+    }
+    tool("mitmdump")
+}
+
+/// mitmproxy as the corporate TLS interceptor: through it (a route's own
+/// `http://` proxy) the provider's certificate is mitmproxy's, so the
+/// route fails naming the certificate problem until mitmproxy's authority
+/// is in `ca_file`; then the call succeeds and mitmproxy logged it.
+#[tokio::test]
+async fn mitmproxy_intercepts_and_only_its_root_in_ca_file_lets_the_call_through() {
+    let Some(bin) = mitmdump() else { return };
+    let up = Upstream::always(trae::reply(&trae::answer("intercepted", None, 5))).await;
+    let (port, _) = tls_front(up.addr).await;
+    let dir = tempdir();
+    let mport = free_port();
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "--listen-host",
+        "127.0.0.1",
+        "--listen-port",
+        &mport.to_string(),
+    ])
+    .arg("--set")
+    .arg(format!("confdir={}", dir.join("conf").display()))
+    // mitmproxy's own leg to the test's private authority.
+    .arg("--ssl-insecure")
+    .env("HOME", dir.join("home"));
+    let mitm = ProxyProc::start_within(cmd, mport, tempdir(), Duration::from_secs(60));
+    let ca = dir.join("conf/mitmproxy-ca-cert.pem");
+    assert!(ca.is_file(), "mitmproxy wrote no CA:\n{}", mitm.log());
+    let url = format!("https://localhost:{port}");
+    let via = format!("http://127.0.0.1:{mport}");
+    let gate = Gate::start(&format!("{FAST}{}", route("trae", "t", &url, Some(&via)))).await;
+    let resp = call_trae(&gate.trae).await;
+    assert_ne!(resp.status, StatusCode::OK);
+    let reason = last_reason(&gate.status().await, "trae", 0);
+    assert!(reason.contains("certificate"), "{reason}");
+    eprintln!("without its CA, /status said: {reason}");
+
+    let toml = format!(
+        "{FAST}[upstream]\nca_file = \"{}\"\n{}",
+        ca.display(),
+        route("trae", "t", &url, Some(&via))
+    );
+    let gate = Gate::start(&toml).await;
+    let resp = call_trae(&gate.trae).await;
+    assert_eq!(resp.status, StatusCode::OK, "{}", resp.text());
+    assert_eq!(
+        shimgate_testkit::trae::digest(&resp.body).text,
+        "intercepted"
+    );
+    let saw = crate::support::eventually(Duration::from_secs(5), || {
+        let log = mitm.log();
+        async move { log.contains(&format!("POST https://localhost:{port}")) }
+    })
+    .await;
+    assert!(saw, "mitmproxy did not log the call:\n{}", mitm.log());
+    eprintln!("mitmproxy said:\n{}", mitm.log());
 }

@@ -309,6 +309,7 @@ function routeRow(shim, r) {
   const failure = r.lastFailure ? `${esc(r.lastFailure.code)} <span class="muted">${esc(fmtTime(r.lastFailure.at))}</span><br><small>${esc(localText(r.lastFailure.reason))}</small>` : "";
   const hours = (r.activeHours || []).join(", ") || t("allDay");
   const window = r.until ? `${esc(hours)}; ${esc(t("until"))} ${esc(r.until)}` : esc(hours);
+  const via = r.proxy && r.proxy !== "none" ? `<br><small data-testid="proxy">⇄ ${esc(r.proxy)} <span class="muted">(${esc(r.proxySource)})</span></small>` : "";
   const changes = (r.changes || []).map((c) =>
     `<li>${esc(fmtTime(c.at))} <b title="${esc(c.change)}">${esc(t(`change-${c.change}`))}</b>${c.byHand ? ` (${esc(t("byHand"))})` : ""}` +
     `${c.until ? ` → ${esc(fmtTime(c.until))}` : ""}${c.cause ? `: ${esc(localText(c.cause))}` : ""}${c.source ? ` <span class="muted">[${esc(c.source)}]</span>` : ""}</li>`).join("");
@@ -317,7 +318,7 @@ function routeRow(shim, r) {
     <td data-testid="success-${esc(shim)}-${esc(r.name)}">${success(r)}</td>
     <td>${r.ttftMedianMs != null ? `${r.ttftMedianMs} ${esc(t("ms"))}` : ""}</td><td>${speed}</td>
     <td>${today.promptTokens ?? 0} / ${today.completionTokens ?? 0}</td>
-    <td>${r.inFlight} / ${cap}</td><td>${breaker}</td><td data-testid="score-${esc(shim)}-${esc(r.name)}" title="${esc(scoreHint)}">${r.score}</td><td>${failure}</td><td>${window}</td>
+    <td>${r.inFlight} / ${cap}</td><td>${breaker}</td><td data-testid="score-${esc(shim)}-${esc(r.name)}" title="${esc(scoreHint)}">${r.score}</td><td>${failure}</td><td>${window}${via}</td>
     <td>${changes ? `<details><summary>${(r.changes || []).length}</summary><ul class="changes">${changes}</ul></details>` : ""}</td></tr>`;
 }
 

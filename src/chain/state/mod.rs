@@ -33,7 +33,6 @@ use crate::chain::budget::RetryBudget;
 use crate::chain::decide::Now;
 use crate::chain::latency::Latency;
 use crate::chain::rank::{self, BreakerView, Order, Reason, Record, View};
-use crate::chain::rest::Zone;
 use crate::chain::window::{self, Standing};
 use crate::clock::iso8601;
 use crate::config::{BreakerPolicy, Ordering, OrderingMode, RetryPolicy, Route};
@@ -295,7 +294,7 @@ impl RouteRuntime {
         let window = if route.window.always() {
             Standing::Open
         } else {
-            window::standing(&route.window, now.wall, Zone::LOCAL)
+            window::standing(&route.window, now.wall, ordering.zone)
         };
         View {
             disabled: self.disabled,

@@ -80,6 +80,7 @@ impl ChainState {
                 "mode": ordering.mode.as_str(),
                 "quotaCooldownMs": ordering.quota_cooldown.as_millis() as u64,
                 "quotaCooldownHour": ordering.quota_cooldown_hour,
+                "zone": ordering.zone.name(),
                 "measureWindowMs": ordering.measure_window.as_millis() as u64,
                 "effective": effective,
                 "pinned": pinned,

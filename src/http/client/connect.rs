@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 use tokio_rustls::TlsConnector;
 
@@ -70,6 +70,31 @@ impl std::fmt::Display for Origin {
     }
 }
 
+/// Which roots verify an upstream's certificate (`[upstream] roots`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Roots {
+    /// The OS's verifier (`rustls-platform-verifier`): a root the user or
+    /// their company installed is trusted.
+    #[default]
+    System,
+    /// Mozilla's list, compiled in.
+    Bundled,
+}
+
+/// The certificates of a PEM file (`[upstream] ca_file`); an error names
+/// what is wrong with it.
+pub fn pem_roots(path: &std::path::Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    use tokio_rustls::rustls::pki_types::pem::PemObject as _;
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{} is not PEM certificates: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{} holds no PEM certificate", path.display()));
+    }
+    Ok(certs)
+}
+
 /// An open connection, plain or TLS.
 pub enum Io {
     Tcp(TcpStream),
@@ -89,6 +114,41 @@ impl Tls {
         let mut roots = RootCertStore::empty();
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
         Tls::with_roots(roots)
+    }
+
+    /// The trust `[upstream] roots` and `ca_file` ask for: the OS's
+    /// verifier or the bundled roots, with `extra` roots added to either.
+    pub fn for_roots(roots: Roots, extra: Vec<CertificateDer<'static>>) -> Tls {
+        match roots {
+            Roots::Bundled => {
+                let mut store = RootCertStore::empty();
+                store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+                store.add_parsable_certificates(extra);
+                Tls::with_roots(store)
+            }
+            Roots::System => {
+                let provider = Arc::new(rustls::crypto::ring::default_provider());
+                let built = rustls_platform_verifier::Verifier::new_with_extra_roots(
+                    extra,
+                    provider.clone(),
+                )
+                .map_err(|e| format!("the system's certificate verifier: {e}"))
+                .and_then(|verifier| {
+                    ClientConfig::builder_with_provider(provider)
+                        .with_safe_default_protocol_versions()
+                        .map_err(|e| format!("no TLS configuration: {e}"))
+                        .map(|b| {
+                            let mut config = b
+                                .dangerous()
+                                .with_custom_certificate_verifier(Arc::new(verifier))
+                                .with_no_client_auth();
+                            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+                            TlsConnector::from(Arc::new(config))
+                        })
+                });
+                Tls(built.map_err(Into::into))
+            }
+        }
     }
 
     /// Trusts `roots` only (tests bring their own authority).

@@ -37,7 +37,7 @@ use http::{Request, Response};
 use tokio::io::AsyncWriteExt;
 
 pub use body::UpstreamBody;
-pub use connect::Tls;
+pub use connect::{pem_roots, Roots, Tls};
 
 use connect::{Io, Origin};
 use pool::Pool;

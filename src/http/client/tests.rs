@@ -519,3 +519,88 @@ async fn a_stream_of_a_megabyte_reads_whole() {
     assert!(bytes.iter().all(|b| *b == b'x'));
     assert_eq!(client.idle_connections(), 1);
 }
+
+/// A CONNECT proxy for one test: answers `200` and splices the tunnel;
+/// counts the tunnels it opened.
+async fn connect_proxy() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let tunnels = Arc::new(AtomicUsize::new(0));
+    let counter = tunnels.clone();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let Some(head) = read_request(&mut client).await else {
+                    return;
+                };
+                let head = String::from_utf8_lossy(&head).into_owned();
+                let Some(target) = head
+                    .strip_prefix("CONNECT ")
+                    .and_then(|r| r.split(' ').next())
+                else {
+                    return;
+                };
+                let Ok(mut up) = tokio::net::TcpStream::connect(target).await else {
+                    return;
+                };
+                counter.fetch_add(1, Ordering::SeqCst);
+                if client
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await
+                    .is_ok()
+                {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut up).await;
+                }
+            });
+        }
+    });
+    (addr, tunnels)
+}
+
+#[tokio::test]
+async fn connections_are_pooled_per_proxy_and_origin() {
+    let up = script(sized).await;
+    let (proxy_addr, tunnels) = connect_proxy().await;
+    let proxy = Arc::new(proxy::ProxyUrl::parse(&format!("http://{proxy_addr}")).expect("url"));
+    let client = client(TIMEOUT);
+    let via = |mut req: Request<Bytes>| {
+        req.extensions_mut().insert(Through(proxy.clone()));
+        req
+    };
+    // Direct, then through the proxy: the idle direct connection is not
+    // taken for the proxied call.
+    text(
+        client
+            .request(post(up.addr, "/a", "x"))
+            .await
+            .expect("direct"),
+    )
+    .await
+    .expect("body");
+    assert_eq!(client.idle_connections(), 1);
+    let resp = client
+        .request(via(post(up.addr, "/b", "x")))
+        .await
+        .expect("proxied");
+    text(resp).await.expect("body");
+    assert_eq!(tunnels.load(Ordering::SeqCst), 1);
+    assert_eq!(up.accepts.load(Ordering::SeqCst), 2);
+    // Each again: each takes its own idle connection.
+    let resp = client
+        .request(via(post(up.addr, "/c", "x")))
+        .await
+        .expect("proxied again");
+    text(resp).await.expect("body");
+    text(
+        client
+            .request(post(up.addr, "/d", "x"))
+            .await
+            .expect("direct again"),
+    )
+    .await
+    .expect("body");
+    assert_eq!(tunnels.load(Ordering::SeqCst), 1);
+    assert_eq!(up.accepts.load(Ordering::SeqCst), 2);
+    assert_eq!(client.idle_connections(), 2);
+}
