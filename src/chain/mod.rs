@@ -527,6 +527,7 @@ impl Driver<'_> {
             seen,
             self.spec.breaker(),
             now,
+            self.spec.ordering().zone,
         )
     }
 
@@ -670,6 +671,7 @@ impl Driver<'_> {
             meter,
             committed_at.elapsed(),
             Now::system(),
+            self.spec.ordering().zone,
         );
         if meter.unreadable_frames > 0 {
             warn!(shim, route = %leg.route.name, frames = meter.unreadable_frames, "dropped answer frames the shim could not read");

@@ -228,7 +228,10 @@ async fn the_panel_reads_at_400_routes_and_says_when_a_shim_has_none() {
     let dir = tempdir();
     let file = dir.join("shimgate.toml");
     // 400 routes on qoder (seed 004's users rotate 384), none on trae.
-    let mut text = String::from("[retry]\nmax_retries = 0\n");
+    // A provider zone that is not the browser's (Asia/Shanghai): the page
+    // names it.
+    let mut text =
+        String::from("[retry]\nmax_retries = 0\n\n[ordering]\nzone = \"Europe/Berlin\"\n");
     for i in 0..400 {
         text.push_str(&format!(
             "\n[[shims.qoder.routes]]\nname = \"r-{i:03}\"\nurl = \"{}\"\n",
@@ -248,8 +251,9 @@ async fn the_panel_reads_at_400_routes_and_says_when_a_shim_has_none() {
     assert_eq!(found["console"], json!([]), "no console error or warning");
     assert_eq!(found["routes"], 400);
     eprintln!(
-        "FIGURES panel at 400 routes: {:?}; pictures in {}",
+        "FIGURES panel at 400 routes: {:?}; zone note {:?}; pictures in {}",
         found["more"],
+        found["zoneNote"],
         shots.display()
     );
 }

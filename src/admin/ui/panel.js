@@ -48,6 +48,7 @@ const TEXT = {
     noSession: "(no conversation id)", before: "before", after: "after", messages: "messages",
     chars: "characters", shrank: "shrank", unchanged: "unchanged", grew: "changed",
     noExchanges: "No exchanges yet.", noFile: "runs on built-in defaults: order and mode cannot be written",
+    zoneNote: "Times here are your browser's ({browser}); the quota hour, route windows and \"today\" follow {zone} ([ordering] zone).",
     writesTo: "changes are written to", reload: "reload config", reloaded: "reloaded at", updated: "updated", stale: "not updating", uptime: "up",
     byHand: "by hand", of: "of", ms: "ms", "tokens/s": "tokens/s", "chars/s": "chars/s", unlimited: "no cap",
     hours: "h", minutes: "m", seconds: "s", version: "version",
@@ -90,6 +91,7 @@ const TEXT = {
     noSwitches: "尚无切换。", noSession: "（无会话 ID）", before: "之前", after: "之后",
     messages: "条消息", chars: "字符", shrank: "已缩短", unchanged: "未变", grew: "有改动",
     noExchanges: "尚无交换。", noFile: "使用内置默认配置：无法写入顺序与模式",
+    zoneNote: "此处时间为浏览器时区（{browser}）；配额重置时刻、线路时段与“今日”按 {zone} 计算（[ordering] zone）。",
     writesTo: "修改写入", reload: "重新加载配置", reloaded: "已重新加载于", updated: "更新于", stale: "未在更新", uptime: "运行", byHand: "手动",
     of: "/", ms: "毫秒", "tokens/s": "token/秒", "chars/s": "字符/秒", unlimited: "不限",
     hours: "时", minutes: "分", seconds: "秒", version: "版本",
@@ -399,6 +401,17 @@ function renderExchanges() {
   }).join("");
 }
 
+// DESIGN §10: times are the browser's; the config zone (the provider's
+// day) is named where it differs. "local" is the server's own zone, most
+// often the browser's too (both on this machine).
+function renderZoneNote(zone) {
+  const note = document.getElementById("zone-note");
+  const browser = Intl.DateTimeFormat().resolvedOptions().timeZone;
+  const differs = zone && zone !== "local" && zone !== "fixed" && zone !== browser;
+  note.hidden = !differs;
+  note.textContent = differs ? t("zoneNote", { browser, zone }) : "";
+}
+
 function renderHeader() {
   const secs = Math.round(status.uptimeMs / 1000);
   const up = `${Math.floor(secs / 3600)}${t("hours")} ${Math.floor(secs / 60) % 60}${t("minutes")} ${secs % 60}${t("seconds")}`;
@@ -417,6 +430,7 @@ function renderHeader() {
   // Windows, which has no HUP.
   document.getElementById("reload").disabled = !status.config.path;
   document.getElementById("reload-note").textContent = reloadedAt ? `${t("reloaded")} ${fmtTime(reloadedAt)}` : "";
+  renderZoneNote(status.chain.ordering.zone);
   const box = document.getElementById("filter");
   box.placeholder = t("filterHint");
   box.setAttribute("aria-label", t("filter"));

@@ -1,7 +1,8 @@
 //! What the panel shows of a route beyond its counters (DESIGN §9): its
 //! last state changes with cause and source (cooled, breaker opened /
 //! half-open / closed, disabled / enabled / pinned / restored by hand),
-//! what it did today (failures and tokens since local midnight), and its
+//! what it did today (failures and tokens since midnight in the
+//! `[ordering] zone`: the provider's day, as its quotas count), and its
 //! output speed (tokens a second from the usage the upstream reports,
 //! else content characters a second).
 //!
@@ -125,13 +126,13 @@ pub struct History {
     today: Today,
 }
 
-/// What a route did since local midnight.
+/// What a route did since midnight in the `[ordering] zone`.
 #[derive(Debug, Default, Clone, Copy)]
 struct Today {
-    /// The local midnight the figures count from (`None`: nothing yet).
+    /// The midnight the figures count from (`None`: nothing yet).
     since: Option<SystemTime>,
-    /// The next local midnight (kept, so the zone is read once a day, not
-    /// at every answer).
+    /// The next midnight (kept, so the zone is read once a day, not at
+    /// every answer).
     ends: Option<SystemTime>,
     failures: u64,
     /// Frames of this route's answers the shim could not read (dropped).
@@ -149,17 +150,18 @@ impl History {
         self.changes.push_back(change);
     }
 
-    /// Today's figures at `now`, started afresh after local midnight.
-    fn today(&mut self, now: SystemTime) -> &mut Today {
+    /// Today's figures at `now`, started afresh after midnight in `zone`
+    /// (a zone changed by a reload takes effect at the next midnight).
+    fn today(&mut self, now: SystemTime, zone: Zone) -> &mut Today {
         let current = match (self.today.since, self.today.ends) {
             (Some(since), Some(ends)) => since <= now && now < ends,
             _ => false,
         };
         if !current {
-            let since = window::day_start(now, Zone::LOCAL);
-            // 26 h on is inside the next local day, whatever daylight
-            // saving does to this one (23 to 25 h).
-            let ends = window::day_start(since + Duration::from_secs(26 * 3600), Zone::LOCAL);
+            let since = window::day_start(now, zone);
+            // 26 h on is inside the next day, whatever daylight saving
+            // does to this one (23 to 25 h).
+            let ends = window::day_start(since + Duration::from_secs(26 * 3600), zone);
             self.today = Today {
                 since: Some(since),
                 ends: Some(ends),
@@ -170,14 +172,14 @@ impl History {
     }
 
     /// A failure that counts against the route.
-    pub fn failed(&mut self, now: SystemTime) {
-        self.today(now).failures += 1;
+    pub fn failed(&mut self, now: SystemTime, zone: Zone) {
+        self.today(now, zone).failures += 1;
     }
 
     /// A stream ended: its tokens count for today, and its speed (over
     /// `streamed`, first content to end) is a sample.
-    pub fn metered(&mut self, meter: Meter, streamed: Duration, now: SystemTime) {
-        let today = self.today(now);
+    pub fn metered(&mut self, meter: Meter, streamed: Duration, now: SystemTime, zone: Zone) {
+        let today = self.today(now, zone);
         today.unreadable_frames += meter.unreadable_frames;
         today.prompt_tokens += meter.prompt_tokens.unwrap_or(0);
         today.completion_tokens += meter.completion_tokens.unwrap_or(0);
@@ -197,15 +199,15 @@ impl History {
         });
     }
 
-    /// Failures since local midnight (0 when the last was before it).
-    pub fn failures_today(&mut self, now: SystemTime) -> u64 {
-        self.today(now).failures
+    /// Failures since midnight in `zone` (0 when the last was before it).
+    pub fn failures_today(&mut self, now: SystemTime, zone: Zone) -> u64 {
+        self.today(now, zone).failures
     }
 
     /// The `/status` members: `changes` (newest first), `today`,
     /// `outputSpeed` (the median of the samples in the unit most have).
-    pub fn status(&mut self, now: SystemTime) -> [(&'static str, Value); 3] {
-        let today = *self.today(now);
+    pub fn status(&mut self, now: SystemTime, zone: Zone) -> [(&'static str, Value); 3] {
+        let today = *self.today(now, zone);
         let by_tokens = self.speeds.iter().filter(|s| s.tokens).count() * 2 >= self.speeds.len();
         let mut rates: Vec<f64> = self
             .speeds
@@ -263,24 +265,44 @@ mod tests {
     fn the_speed_is_reported_tokens_a_second_else_content_chars() {
         let now = SystemTime::now();
         let mut h = History::default();
-        h.metered(meter(Some(100), Some(50), 400), Duration::from_secs(2), now);
-        h.metered(meter(Some(100), Some(90), 400), Duration::from_secs(3), now);
-        let [_, today, speed] = h.status(now);
+        h.metered(
+            meter(Some(100), Some(50), 400),
+            Duration::from_secs(2),
+            now,
+            Zone::UTC,
+        );
+        h.metered(
+            meter(Some(100), Some(90), 400),
+            Duration::from_secs(3),
+            now,
+            Zone::UTC,
+        );
+        let [_, today, speed] = h.status(now, Zone::UTC);
         assert_eq!(speed.1["unit"], "tokens/s");
         assert_eq!(speed.1["perSecond"], 27.5, "median of 25 and 30");
         assert_eq!(today.1["promptTokens"], 200);
         assert_eq!(today.1["completionTokens"], 140);
         let mut bytes = History::default();
-        bytes.metered(meter(None, None, 1000), Duration::from_millis(500), now);
-        let [_, _, speed] = bytes.status(now);
+        bytes.metered(
+            meter(None, None, 1000),
+            Duration::from_millis(500),
+            now,
+            Zone::UTC,
+        );
+        let [_, _, speed] = bytes.status(now, Zone::UTC);
         assert_eq!(
             (speed.1["unit"].clone(), speed.1["perSecond"].clone()),
             (json!("chars/s"), json!(2000.0))
         );
         let mut instant = History::default();
-        instant.metered(meter(None, Some(10), 0), Duration::from_millis(1), now);
+        instant.metered(
+            meter(None, Some(10), 0),
+            Duration::from_millis(1),
+            now,
+            Zone::UTC,
+        );
         assert_eq!(
-            instant.status(now)[2].1["samples"],
+            instant.status(now, Zone::UTC)[2].1["samples"],
             0,
             "a one-piece answer is no sample"
         );
@@ -290,11 +312,48 @@ mod tests {
     fn today_starts_afresh_after_local_midnight() {
         let now = SystemTime::now();
         let mut h = History::default();
-        h.failed(now);
-        h.failed(now);
-        assert_eq!(h.failures_today(now), 2);
+        h.failed(now, Zone::LOCAL);
+        h.failed(now, Zone::LOCAL);
+        assert_eq!(h.failures_today(now, Zone::LOCAL), 2);
         let tomorrow = now + Duration::from_secs(86_400);
-        assert_eq!(h.failures_today(tomorrow), 0);
+        assert_eq!(h.failures_today(tomorrow, Zone::LOCAL), 0);
+    }
+
+    /// Seed 003: the provider's day is Beijing's, whatever the host's zone.
+    /// 2026-12-05 15:30 UTC is 23:30 in Shanghai: 45 minutes later is the
+    /// next Shanghai day (16:00 UTC), though still the same UTC day.
+    #[test]
+    fn today_is_the_zones_day_not_the_hosts() {
+        let shanghai = Zone::Named(chrono_tz::Tz::Asia__Shanghai);
+        let at = |h: u64, m: u64| {
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_428_800 + h * 3600 + m * 60)
+        };
+        let mut h = History::default();
+        h.failed(at(15, 30), shanghai);
+        h.metered(
+            meter(Some(7), Some(3), 10),
+            Duration::from_secs(1),
+            at(15, 59),
+            shanghai,
+        );
+        let [_, today, _] = h.status(at(15, 59), shanghai);
+        assert_eq!(today.1["since"], "2026-12-04T16:00:00.000Z");
+        assert_eq!(
+            (today.1["failures"].clone(), today.1["promptTokens"].clone()),
+            (json!(1), json!(7))
+        );
+        assert_eq!(
+            h.failures_today(at(16, 15), shanghai),
+            0,
+            "a new day in Shanghai"
+        );
+        let mut utc = History::default();
+        utc.failed(at(15, 30), Zone::UTC);
+        assert_eq!(
+            utc.failures_today(at(16, 15), Zone::UTC),
+            1,
+            "the same day in UTC"
+        );
     }
 
     #[test]
@@ -309,7 +368,7 @@ mod tests {
             };
             h.change(Change::plain(kind, now + Duration::from_secs(i as u64)));
         }
-        let [changes, ..] = h.status(now);
+        let [changes, ..] = h.status(now, Zone::UTC);
         let list = changes.1.as_array().unwrap().clone();
         assert_eq!(list.len(), CHANGES_PER_ROUTE);
         assert_eq!(list[0]["change"], "disabled", "the 15th, newest");

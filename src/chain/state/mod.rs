@@ -33,6 +33,7 @@ use crate::chain::budget::RetryBudget;
 use crate::chain::decide::Now;
 use crate::chain::latency::Latency;
 use crate::chain::rank::{self, BreakerView, Order, Reason, Record, View};
+use crate::chain::rest::Zone;
 use crate::chain::window::{self, Standing};
 use crate::clock::iso8601;
 use crate::config::{BreakerPolicy, Ordering, OrderingMode, RetryPolicy, Route};
@@ -611,6 +612,7 @@ impl ChainState {
         seen: Observed<'_>,
         policy: &BreakerPolicy,
         now: Now,
+        zone: Zone,
     ) -> bool {
         let mut inner = self.lock();
         let rt = inner.route(shim, route);
@@ -638,7 +640,7 @@ impl ChainState {
                     reason: seen.reason.unwrap_or_default().to_string(),
                     at: now.wall,
                 });
-                rt.history.failed(now.wall);
+                rt.history.failed(now.wall, zone);
             }
             _ => {}
         }
@@ -667,8 +669,8 @@ impl ChainState {
         rt.breaker_moved(before, Some("a call answered"), now);
     }
 
-    /// A committed stream ended: its tokens and speed (over `streamed`,
-    /// first content to end) for the route's figures.
+    /// A committed stream ended: its tokens (today in `zone`) and speed
+    /// (over `streamed`, first content to end) for the route's figures.
     pub fn metered(
         &self,
         shim: &'static str,
@@ -676,11 +678,12 @@ impl ChainState {
         meter: shimgate_shim_api::translate::Meter,
         streamed: Duration,
         now: Now,
+        zone: Zone,
     ) {
         self.lock()
             .route(shim, route)
             .history
-            .metered(meter, streamed, now.wall);
+            .metered(meter, streamed, now.wall, zone);
     }
 
     /// A probe that ended before its try (the call left): the next call
@@ -1124,7 +1127,7 @@ mod learning {
         let s = ChainState::new();
         let t = Now::system();
         s.cool("trae", "a", (Duration::from_secs(600), "test"), "quota", t);
-        s.observe("trae", "a", seen(None, Some(5)), &breaker(5), t);
+        s.observe("trae", "a", seen(None, Some(5)), &breaker(5), t, Zone::UTC);
         let routes = [route("a"), route("b")];
         assert_eq!(
             names(&s.plan("trae", &routes, &Ordering::default(), t)),
@@ -1139,8 +1142,22 @@ mod learning {
         let p = breaker(2);
         let routes = [route("a"), route("b")];
         let o = Ordering::default();
-        assert!(!s.observe("trae", "a", seen(Some(FailureCode::Server), None), &p, t));
-        assert!(s.observe("trae", "a", seen(Some(FailureCode::Timeout), None), &p, t));
+        assert!(!s.observe(
+            "trae",
+            "a",
+            seen(Some(FailureCode::Server), None),
+            &p,
+            t,
+            Zone::UTC
+        ));
+        assert!(s.observe(
+            "trae",
+            "a",
+            seen(Some(FailureCode::Timeout), None),
+            &p,
+            t,
+            Zone::UTC
+        ));
         let plan = s.plan("trae", &routes, &o, t);
         assert_eq!(names(&plan), ["b"]);
         assert_eq!(plan.skipped[0].reason, Reason::BreakerOpen);
@@ -1157,7 +1174,8 @@ mod learning {
             "a",
             seen(Some(FailureCode::Server), None),
             &p,
-            later
+            later,
+            Zone::UTC
         ));
         assert_eq!(
             names(&s.plan("trae", &routes, &o, later.after(Duration::from_millis(199)))),
@@ -1165,7 +1183,7 @@ mod learning {
         );
         let again = later.after(Duration::from_millis(200));
         assert_eq!(s.admit("trae", "a", again.mono), Some(true));
-        s.observe("trae", "a", seen(None, Some(3)), &p, again);
+        s.observe("trae", "a", seen(None, Some(3)), &p, again, Zone::UTC);
         assert_eq!(s.admit("trae", "a", again.mono), Some(false), "closed");
     }
 
@@ -1174,7 +1192,14 @@ mod learning {
         let s = ChainState::new();
         let t = Now::system();
         let p = breaker(1);
-        s.observe("trae", "a", seen(Some(FailureCode::Server), None), &p, t);
+        s.observe(
+            "trae",
+            "a",
+            seen(Some(FailureCode::Server), None),
+            &p,
+            t,
+            Zone::UTC,
+        );
         let later = t.after(Duration::from_millis(100));
         assert_eq!(s.admit("trae", "a", later.mono), Some(true));
         s.answered("trae", "a", &p, later);
@@ -1189,7 +1214,8 @@ mod learning {
             "a",
             seen(Some(FailureCode::Transport), Some(4)),
             &p,
-            later
+            later,
+            Zone::UTC
         ));
     }
 
@@ -1203,7 +1229,8 @@ mod learning {
                 "a",
                 seen(Some(FailureCode::Quota), None),
                 &breaker(2),
-                t
+                t,
+                Zone::UTC
             ));
         }
         assert_eq!(s.admit("trae", "a", t.mono), Some(false));
@@ -1221,6 +1248,7 @@ mod learning {
             seen(Some(FailureCode::Server), None),
             &breaker(1),
             t,
+            Zone::UTC,
         );
         s.set_disabled("trae", "c", true);
         s.pin("trae", Some("b"));
@@ -1250,8 +1278,15 @@ mod learning {
         let p = breaker(0);
         for ok in [false, true, false, false] {
             let code = (!ok).then_some(FailureCode::Server);
-            s.observe("trae", "slow", seen(code, ok.then_some(800)), &p, t);
-            s.observe("trae", "fast", seen(None, Some(10)), &p, t);
+            s.observe(
+                "trae",
+                "slow",
+                seen(code, ok.then_some(800)),
+                &p,
+                t,
+                Zone::UTC,
+            );
+            s.observe("trae", "fast", seen(None, Some(10)), &p, t, Zone::UTC);
         }
         assert_eq!(names(&s.plan("trae", &routes, &o, t)), ["fast", "slow"]);
         let st = s.status(&[("trae", &routes)], &o, t);
@@ -1271,7 +1306,7 @@ mod learning {
         let s = ChainState::new();
         let t = Now::system();
         for ms in 1..=25 {
-            s.observe("trae", "a", seen(None, Some(ms)), &breaker(0), t);
+            s.observe("trae", "a", seen(None, Some(ms)), &breaker(0), t, Zone::UTC);
         }
         let st = s.status(&[("trae", &[route("a")])], &Ordering::default(), t);
         let a = &st["routes"]["trae"][0];
@@ -1290,6 +1325,7 @@ mod learning {
             seen(Some(FailureCode::Aborted), None),
             &breaker(1),
             t,
+            Zone::UTC,
         );
         s.observe(
             "trae",
@@ -1297,10 +1333,11 @@ mod learning {
             seen(Some(FailureCode::ContextWindowExceeded), None),
             &breaker(1),
             t,
+            Zone::UTC,
         );
         let mut stopping = seen(Some(FailureCode::Server), None);
         stopping.neutral = true;
-        assert!(!s.observe("trae", "a", stopping, &breaker(1), t));
+        assert!(!s.observe("trae", "a", stopping, &breaker(1), t, Zone::UTC));
         let st = s.status(&[("trae", &[route("a")])], &Ordering::default(), t);
         assert_eq!(st["routes"]["trae"][0]["samples"], 0);
         assert_eq!(st["routes"]["trae"][0]["breaker"]["state"], "closed");

@@ -261,6 +261,7 @@ fn restore_breaker(b: &BreakerFile, now: Now) -> Breaker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chain::rest::Zone;
     use crate::chain::state::Observed;
     use crate::config::{BreakerPolicy, Ordering, Route};
 
@@ -289,6 +290,7 @@ mod tests {
             },
             p,
             now,
+            Zone::UTC,
         )
     }
 

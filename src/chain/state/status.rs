@@ -34,7 +34,7 @@ impl ChainState {
         for &(shim, list) in shims {
             for r in list {
                 let rt = inner.route(shim, &r.name);
-                let failures = rt.history.failures_today(now.wall);
+                let failures = rt.history.failures_today(now.wall, ordering.zone);
                 if failures > 0 {
                     failed_today.push(json!({
                         "shim": shim,
@@ -200,7 +200,7 @@ fn route_json(
                 .map(|(a, b)| format!("{a}-{b}"))
                 .collect::<Vec<_>>()),
         );
-        for (key, value) in rt.history.status(now.wall) {
+        for (key, value) in rt.history.status(now.wall, ordering.zone) {
             m.insert(key.into(), value);
         }
     }

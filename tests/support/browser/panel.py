@@ -126,6 +126,9 @@ def run(browser, params):
         return True
 
     eventually(counters_match, "counters equal /status at start")
+    # The config names no zone: no zone note.
+    assert status()["chain"]["ordering"]["zone"] == "local"
+    assert testid(page, "zone-note").is_hidden()
 
     # A quota answer on q-first: the call switches to q-second, under its
     # conversation; q-first cools, shown in local time.
@@ -350,6 +353,9 @@ def run_many(browser, params):
     page.on("console", lambda m: console.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
     page.goto(base + "/ui")
     eventually(lambda: testid(page, "more-qoder").count() >= 1, "the long lists collapse")
+    # The config's zone differs from the browser's: the page names both.
+    found["zoneNote"] = testid(page, "zone-note").inner_text()
+    assert "Europe/Berlin" in found["zoneNote"] and ZONE in found["zoneNote"], found["zoneNote"]
     n = len(status()["chain"]["routes"]["qoder"])
     found["routes"] = n
     assert page.locator('[data-testid="effective-qoder"] > li').count() == 20
@@ -380,6 +386,7 @@ def run_many(browser, params):
     # In Chinese.
     page.get_by_role("button", name="简体中文", exact=True).click()
     eventually(lambda: testid(page, "no-routes-trae").inner_text() == "未配置线路", "the empty shim in Chinese")
+    assert "今日" in testid(page, "zone-note").inner_text()
     page.screenshot(path=os.path.join(shots, "panel-400-zh.png"), full_page=True)
     found["console"] = console
     context.close()
