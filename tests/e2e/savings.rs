@@ -311,3 +311,57 @@ async fn the_figures_survive_a_restart_of_the_real_binary() {
         .await
         .unwrap();
 }
+
+/// What a real compressor's conversation shows in the ledger, checked
+/// against what the scripted provider counted: `answered(s)` tells the
+/// requests that answered the agent from the compressor's own, and
+/// `agent` is what the provider would have counted for the agent's own
+/// requests. Prints one `FIGURES` line; returns the conversation's figures.
+pub fn check_real(
+    who: &str,
+    wire: Wire,
+    savings: &Value,
+    conversation: &str,
+    seen: &[Seen],
+    answered: impl Fn(&Seen) -> bool,
+    agent: u64,
+) -> Value {
+    let conv = figures(savings, conversation).clone();
+    let (sent, cached, side) = provider_counts(seen, |i| answered(&seen[i]), wire);
+    let side_calls = seen.iter().filter(|s| !answered(s)).count() as i64;
+    let ctx = || format!("{who} {}: {conv:#}", shim_of(wire));
+    assert_eq!(n(&conv, "sentTokens"), sent as i64, "{}", ctx());
+    assert_eq!(n(&conv, "cachedTokens"), cached as i64, "{}", ctx());
+    assert_eq!(n(&conv, "sideCalls"), side_calls, "{}", ctx());
+    assert_eq!(n(&conv, "sideTokens"), side as i64, "{}", ctx());
+    assert_eq!(n(&conv, "estimatedCalls"), 0, "{}", ctx());
+    let estimated = n(&conv, "agentTokens");
+    let off = (estimated - agent as i64).abs() as f64 / agent as f64;
+    assert!(
+        off < 0.05,
+        "agent tokens {estimated}, the provider would have counted {agent}: {}",
+        ctx()
+    );
+    eprintln!(
+        "FIGURES savings {who} {}: {} calls; agent {estimated} tokens (the provider would have counted {agent}, {:+.1} %), sent {sent}, saved {}, cached {cached}, side {side_calls} calls {side} tokens, net {}",
+        shim_of(wire),
+        n(&conv, "calls"),
+        (estimated as f64 / agent as f64 - 1.0) * 100.0,
+        n(&conv, "savedTokens"),
+        n(&conv, "netTokens"),
+    );
+    conv
+}
+
+/// What the provider would have counted for the agent's own requests of
+/// `turns` on `wire`: their message content and the agent's one tool.
+pub fn agent_tokens(wire: Wire, turns: &[crate::support::conversation::Turn]) -> u64 {
+    let tools = match wire {
+        Wire::Qoder => crate::support::model::tools_chars(&crate::support::qoder::ask(&[])),
+        _ => crate::support::model::tools_chars(&crate::support::trae::body(&[])),
+    };
+    turns
+        .iter()
+        .map(|t| ((t.sent_chars + tools) / 4) as u64)
+        .sum()
+}

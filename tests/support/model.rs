@@ -39,9 +39,9 @@ pub struct Seen {
     pub prompt_tokens: u64,
     /// The cached part it reported (0 on TRAE, whose wire has no such field).
     pub cached_tokens: u64,
-    /// The request was not streamed (a summary call): answered by the
-    /// return leg as one JSON.
-    pub streamed: bool,
+    /// The start of its first message's text (a compressor's own request,
+    /// a summary, says what it is there).
+    pub first: String,
     /// The request carried a compress nudge and was answered with `compress`.
     pub compressed: bool,
     /// The request was refused as too long.
@@ -96,7 +96,7 @@ impl Model {
                         messages: 0,
                         prompt_tokens: 0,
                         cached_tokens: 0,
-                        streamed: true,
+                        first: String::new(),
                         compressed: false,
                         overflowed: false,
                         problems: vec![refusal.clone()],
@@ -265,7 +265,10 @@ fn answer(
         messages: messages.len(),
         prompt_tokens,
         cached_tokens: cached,
-        streamed: body["stream"].as_bool().unwrap_or(wire == Wire::Trae),
+        first: messages
+            .first()
+            .map(|m| content_text(&m["content"]).chars().take(80).collect())
+            .unwrap_or_default(),
         compressed: false,
         overflowed: false,
         problems: problems(wire, r, body),

@@ -22,21 +22,61 @@ use super::book::{Limits, PostResult, TurnRecord, Usage};
 use super::Ledger;
 use crate::chain::rest::Zone;
 
-/// Characters of what a request asks the model to read: its `messages`
-/// and `tools`, as JSON text (the two members a provider's prompt tokens
-/// come from; both sides of the compressor are measured the same way).
+/// Characters of what a request asks the model to read: the text of its
+/// `messages` (their string values, each escape read as the character it
+/// stands for: a provider reads the text, not its JSON, and a build log
+/// full of quotes would otherwise count a fifth more) and its `tools` as
+/// JSON text (a tool's schema reaches the model as written). Both sides of
+/// the compressor are measured the same way.
 pub fn prompt_chars(body: &OpenAiBody) -> u64 {
-    ["messages", "tools"]
-        .iter()
-        .map(|key| match body.member(key) {
-            Ok(Some(raw)) => chars(raw),
-            Ok(None) => 0,
-            Err(_) => body
-                .value()
-                .get(*key)
-                .map_or(0, |v| chars(v.to_string().as_bytes())),
-        })
-        .sum()
+    let count = |key: &str, measure: fn(&[u8]) -> u64| match body.member(key) {
+        Ok(Some(raw)) => measure(raw),
+        Ok(None) => 0,
+        // A key spelled with an escape: read off the parse.
+        Err(_) => body
+            .value()
+            .get(key)
+            .map_or(0, |v| measure(v.to_string().as_bytes())),
+    };
+    count("messages", text_chars) + count("tools", chars)
+}
+
+/// Characters of the string values of a JSON text (keys left out), each
+/// escape counted as the one character it stands for. A text that is not
+/// JSON is counted as far as it reads.
+pub fn text_chars(json: &[u8]) -> u64 {
+    let mut total = 0u64;
+    let mut i = 0;
+    while i < json.len() {
+        if json[i] != b'"' {
+            i += 1;
+            continue;
+        }
+        // A string: its characters, then whether a `:` makes it a key.
+        let mut n = 0u64;
+        i += 1;
+        while let Some(&b) = json.get(i) {
+            if b == b'"' {
+                break;
+            }
+            if b == b'\\' {
+                // `\uXXXX` is one character, any other escape one too.
+                n += 1;
+                i += if json.get(i + 1) == Some(&b'u') { 6 } else { 2 };
+                continue;
+            }
+            n += u64::from((b as i8) >= -0x40);
+            i += 1;
+        }
+        i += 1;
+        let next = json
+            .get(i..)
+            .and_then(|rest| rest.iter().find(|b| !b.is_ascii_whitespace()));
+        if next != Some(&b':') {
+            total += n;
+        }
+    }
+    total
 }
 
 /// Where a call's figures go when it is done: the ledger, with the zone
@@ -392,17 +432,25 @@ mod tests {
     }
 
     #[test]
-    fn a_body_is_measured_by_its_messages_and_tools() {
+    fn a_body_is_measured_by_the_text_of_its_messages_and_its_tools() {
         let body = OpenAiBody::written(
-            r#"{"model":"m","messages":[{"role":"user","content":"héllo"}],"tools":[],"stream":true}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"h\u00e9llo \"x\"\n"}],"tools":[{"a":1}],"stream":true}"#,
         );
-        let messages = r#"[{"role":"user","content":"héllo"}]"#.chars().count() as u64;
-        assert_eq!(prompt_chars(&body), messages + 2);
+        // "user", `héllo "x"` and its line end; the tools as written.
+        assert_eq!(prompt_chars(&body), 4 + 10 + 9);
         // An escaped key is read off the parse, with the same count.
         let escaped = OpenAiBody::written(
             r#"{"m\u0065ssages":[{"role":"user","content":"héllo"}],"stream":true}"#,
         );
-        assert_eq!(prompt_chars(&escaped), messages);
+        assert_eq!(prompt_chars(&escaped), 4 + 5);
         assert_eq!(prompt_chars(&OpenAiBody::written("{}")), 0);
+        // Keys are not text; a cut text counts what it holds, no panic.
+        assert_eq!(
+            text_chars(br#"{"key" : "value", "n": 12, "list": ["a", "bc"]}"#),
+            8
+        );
+        for cut in [&br#"["abc"#[..], br#"["a\"#, br#"["\u12"#, b"\"", b""] {
+            assert!(text_chars(cut) <= 3);
+        }
     }
 }
