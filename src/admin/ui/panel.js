@@ -57,7 +57,7 @@ const TEXT = {
     cachedTokens: "of them cached", sideCalls: "compressor's calls", sideTokens: "their tokens", netTokens: "net",
     savingsChart: "net tokens per day", savingsSpan: "last 14 days", savingsUp: "saved", savingsDown: "cost more",
     savingsBest: "Saved most", savingsWorst: "Cost more than it saved", savingsNoBest: "No conversation saved tokens yet.",
-    savingsNoWorst: "None: in every conversation compression paid for its own calls.",
+    savingsNoWorst: "No conversation cost more than it saved.", zoneLocal: "this machine's zone",
     savingsEmpty: "No call booked yet.", savingsOlder: "and {n} older conversations, summed",
     savingsEstimated: "{n} calls reported no usage: estimated.",
     "method-provider-ratio": "Tokens: sent = the provider's own count; the agent's = the provider's tokens per character sent × the characters the agent sent; net = saved − the compressor's own calls.",
@@ -109,7 +109,7 @@ const TEXT = {
     cachedTokens: "其中缓存命中", sideCalls: "压缩器自身调用", sideTokens: "其 token", netTokens: "净节省",
     savingsChart: "每日净节省 token", savingsSpan: "近 14 天", savingsUp: "节省", savingsDown: "多花",
     savingsBest: "节省最多的会话", savingsWorst: "得不偿失的会话", savingsNoBest: "尚无节省 token 的会话。",
-    savingsNoWorst: "没有：每个会话中压缩都抵过了压缩器自身的调用。",
+    savingsNoWorst: "没有得不偿失的会话。", zoneLocal: "本机时区",
     savingsEmpty: "尚无记账的调用。", savingsOlder: "另有 {n} 个较早的会话已合并",
     savingsEstimated: "{n} 次调用没有用量报告，为估算值。",
     "method-provider-ratio": "token 计法：实际发送 = 服务商自报数；代理原始 = 服务商每字符 token 数 × 代理发送的字符数；净节省 = 压缩节省 − 压缩器自身调用。",
@@ -264,7 +264,8 @@ function renderSavings() {
     return `<div><dt>${esc(t(f))}</dt><dd class="${cls}" data-testid="savings-today-${f}">${esc(tokens(today[f], signed))}</dd></div>`;
   }).join("");
   const estimated = today.estimatedCalls ? ` ${esc(t("savingsEstimated", { n: today.estimatedCalls }))}` : "";
-  const day = t("savingsDay", { date: today.date || "", zone: sv.zone });
+  const zone = sv.zone === "local" ? t("zoneLocal") : sv.zone;
+  const day = t("savingsDay", { date: today.date || "", zone });
   const todayCard = `<div class="card" data-testid="savings-today"><h3>${esc(t("savingsToday"))} <span class="muted">${esc(day)} · ${esc(tokens(today.calls))} ${esc(t("savingsCalls"))}</span></h3>
     <dl class="counters">${figures}</dl>${savingsChart(sv)}
     <p class="method muted" data-testid="savings-method" title="${esc(sv.method)}">${esc(t(`method-${sv.method}`))}${estimated}</p></div>`;
@@ -320,7 +321,7 @@ function savingsChart(sv) {
     `<text class="tick" x="${left - 3}" y="${top + 8}" text-anchor="end">+${esc(tokens(max))}</text>` +
     `<text class="tick" x="${left - 3}" y="${zero + 3}" text-anchor="end">0</text>` +
     `<text class="tick" x="${left - 3}" y="${top + height}" text-anchor="end">−${esc(tokens(max))}</text>`;
-  const title = `${t("savingsChart")}, ${t("savingsSpan")} (${sv.zone})`;
+  const title = `${t("savingsChart")}, ${t("savingsSpan")} (${sv.zone === "local" ? t("zoneLocal") : sv.zone})`;
   return `<figure class="chart" data-testid="savings-chart">
     <figcaption><span class="key up"></span>${esc(t("savingsUp"))} <span class="key down"></span>${esc(t("savingsDown"))}
       <span class="muted">${esc(t("savingsChart"))} · ${esc(t("savingsSpan"))}</span></figcaption>
