@@ -218,11 +218,14 @@ type LabelledFamily<'a> = (
 /// A token family of the savings ledger: name, help, values per shim.
 type TokenFamily = (&'static str, &'static str, Vec<(&'static str, u64)>);
 
+/// A token counter of the savings ledger: name, help, and how to read it.
+type TokenCounter = (&'static str, &'static str, fn(&Totals) -> u64);
+
 /// The savings ledger's counters (since start; `/status` `savings` keeps
 /// the days and conversations across restarts). Counters only rise, so
 /// a call whose compressed request cost more than the agent's adds to
 /// `added`, not to `saved`: `saved - added = agent - sent`.
-const TOKEN_FAMILIES: [(&str, &str, fn(&Totals) -> u64); 7] = [
+const TOKEN_FAMILIES: [TokenCounter; 7] = [
     (
         "shimgate_tokens_agent",
         "Prompt tokens the agents' own requests would have cost (estimated: the provider's tokens per character sent, times the characters the agent sent), per shim.",

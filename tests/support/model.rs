@@ -246,7 +246,7 @@ fn answer(
     r: &Recorded,
     body: &Value,
     n: usize,
-    (seen, overflow, cache): (&Mutex<Vec<Seen>>, &Mutex<Option<Option<String>>>, &Cache),
+    (seen, overflow, cache): (&Mutex<Vec<Seen>>, &Overflow, &Cache),
 ) -> Reply {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let chars = content_chars(&messages);

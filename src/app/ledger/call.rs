@@ -298,7 +298,7 @@ impl Drop for Post {
                 conversation,
             } => {
                 let record = TurnRecord {
-                    shim: *shim,
+                    shim,
                     conversation: std::mem::take(conversation),
                     agent_chars: None,
                     posts: vec![result],
@@ -377,7 +377,9 @@ impl Drop for Tap {
 /// Reads the `usage` of bare OpenAI frames (`data: {…"usage":{…}}`) into
 /// `into`, the last report winning; anything else is passed over.
 pub fn scan_usage(frames: &[u8], into: &mut Usage) {
-    let finder = memchr::memmem::Finder::new(b"\"usage\"");
+    static USAGE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"usage\""));
+    let finder = &*USAGE;
     if finder.find(frames).is_none() {
         return;
     }

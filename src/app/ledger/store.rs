@@ -75,7 +75,7 @@ pub fn to_bytes(book: &Book, now: SystemTime) -> Result<Vec<u8>, String> {
             figures: *c,
         })
         .collect();
-    conversations.sort_by(|a, b| b.figures.last_ms.cmp(&a.figures.last_ms));
+    conversations.sort_by_key(|c| std::cmp::Reverse(c.figures.last_ms));
     let file = SavingsFile {
         version: VERSION,
         saved_at_ms: epoch_ms(now),
