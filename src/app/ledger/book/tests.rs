@@ -1,3 +1,6 @@
+//! The pure rules of the savings book: what a call cost and saved, which
+//! request answered, the estimate and its sign, the day in a zone, the bounds.
+
 use std::time::Duration;
 
 use super::*;
