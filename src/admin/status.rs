@@ -23,6 +23,7 @@ pub fn document(app: &App, shims: &Shims) -> Value {
         doc.insert(facts.status_key(), shim(app, shims, &config, facts.name));
     }
     doc.insert("chain".into(), chain(app, &config));
+    doc.insert("savings".into(), app.ledger.status(&config));
     doc.insert("admin".into(), app.admin.status(&config));
     Value::Object(doc)
 }

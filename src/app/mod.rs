@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod exchange;
 pub mod identity;
+pub mod ledger;
 pub mod rid;
 pub mod route_store;
 pub mod secret_file;
@@ -61,6 +62,8 @@ pub struct App {
     pub route_file: Arc<RouteStore>,
     /// The admin surface's token and refusal counts (DESIGN §7).
     pub admin: admin::AdminState,
+    /// What compression saved, in tokens, kept across restarts.
+    pub ledger: Arc<ledger::Ledger>,
 }
 
 impl App {
@@ -72,6 +75,7 @@ impl App {
         let chain = Arc::new(ChainState::new());
         let route_file = Arc::new(RouteStore::open(&config, &chain, Now::system()));
         let admin = admin::AdminState::for_config(&config);
+        let ledger = ledger::Ledger::open(&config);
         Arc::new(App {
             live: RwLock::new(Arc::new(Live {
                 config: Arc::new(config),
@@ -88,6 +92,7 @@ impl App {
             identity,
             route_file,
             admin,
+            ledger,
         })
     }
 

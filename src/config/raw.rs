@@ -20,6 +20,7 @@ pub struct RawConfig {
     pub state: Option<RawState>,
     pub breaker: Option<RawBreaker>,
     pub admin: Option<RawAdmin>,
+    pub savings: Option<RawSavings>,
     /// `[shims.NAME]`, one table per shim of the registry.
     pub shims: Option<BTreeMap<String, RawShim>>,
 }
@@ -30,6 +31,15 @@ pub struct RawConfig {
 pub struct RawState {
     pub dir: Option<String>,
     pub ttl_ms: Option<u64>,
+}
+
+/// `[savings]`: the token ledger's bounds and file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSavings {
+    pub days: Option<u32>,
+    pub conversations: Option<u64>,
+    pub file: Option<bool>,
 }
 
 /// `[admin]`: who the admin surface answers besides loopback names.

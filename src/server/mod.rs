@@ -44,6 +44,8 @@ pub struct Running {
     draining: CancellationToken,
     /// The route state file's writer (saves once more at shutdown).
     route_writer: tokio::task::JoinHandle<()>,
+    /// The savings file's writer (saves once more at shutdown).
+    ledger_writer: tokio::task::JoinHandle<()>,
     /// Samples the counters for the panel's chart.
     sampler: tokio::task::JoinHandle<()>,
 }
@@ -83,8 +85,10 @@ impl Running {
             let _ = tokio::time::timeout(FLUSH_AFTER_HARD_STOP, self.connections.wait()).await;
         }
         self.route_writer.abort();
+        self.ledger_writer.abort();
         self.sampler.abort();
         self.app.route_file.save(&self.app.chain).await;
+        self.app.ledger.save().await;
     }
 }
 
@@ -133,6 +137,7 @@ pub async fn start(config: Config) -> Running {
         }
     }
     let route_writer = tokio::spawn(app.route_file.clone().writer(app.chain.clone()));
+    let ledger_writer = tokio::spawn(app.ledger.clone().writer());
     let sampler = tokio::spawn(sample_counters(app.clone()));
     if config.compressor.is_none() && config.shims.iter().all(|s| s.compressor.is_none()) {
         info!("no compressor is configured: direct mode (requests go upstream uncompressed)");
@@ -146,6 +151,7 @@ pub async fn start(config: Config) -> Running {
         connections: tracker,
         draining,
         route_writer,
+        ledger_writer,
         sampler,
     }
 }

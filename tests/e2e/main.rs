@@ -20,6 +20,7 @@ mod pypi_proxies;
 mod qoder;
 mod qoder_cosy;
 mod return_errors;
+mod savings;
 mod secrets;
 mod trae;
 mod trust;
