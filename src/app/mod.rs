@@ -61,6 +61,9 @@ pub struct App {
     pub route_file: Arc<RouteStore>,
     /// The admin surface's token and refusal counts (DESIGN §7).
     pub admin: admin::AdminState,
+    /// TLS on every listener: the local CA, the leaves, the handshake
+    /// counts (its state dir and `[ca] names` as at start).
+    pub tls: Arc<crate::tls::Tls>,
 }
 
 impl App {
@@ -72,7 +75,9 @@ impl App {
         let chain = Arc::new(ChainState::new());
         let route_file = Arc::new(RouteStore::open(&config, &chain, Now::system()));
         let admin = admin::AdminState::for_config(&config);
+        let tls = Arc::new(crate::tls::Tls::new(&config));
         Arc::new(App {
+            tls,
             live: RwLock::new(Arc::new(Live {
                 config: Arc::new(config),
                 client,

@@ -533,7 +533,7 @@ mod tests {
         entries.sort();
         assert_eq!(
             entries,
-            [INTERMEDIATE_FILE, KEY_FILE, ROOT_FILE],
+            [KEY_FILE, INTERMEDIATE_FILE, ROOT_FILE],
             "no root key on disk"
         );
         let key = std::fs::read_to_string(files.key()).unwrap();
