@@ -49,7 +49,8 @@ pub enum Outcome {
     NotInCa,
     /// No name (SNI) on a connection to an address the CA cannot sign for.
     NoName,
-    /// The client refused shimgate's certificate (it does not trust the CA).
+    /// The client refused shimgate's certificate (it does not trust the
+    /// CA): an alert about it, or the connection closed after it was sent.
     ClientRefused,
     /// Any other handshake failure (not TLS, no common protocol or cipher, reset).
     Protocol,
@@ -440,9 +441,14 @@ fn shown(name: &str) -> String {
         .collect()
 }
 
-/// What a failed handshake says of its cause: the client's alert about
-/// our certificate, or anything else.
+/// What a failed handshake says of its cause, once shimgate has sent its
+/// certificate: the client's alert about it, or the client closing the
+/// connection then (Node, the Qoder CLI's TLS stack, closes without an
+/// alert when it does not trust the certificate); anything else.
 fn classify(e: &std::io::Error) -> Outcome {
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        return Outcome::ClientRefused;
+    }
     let refused_cert = matches!(
         e.get_ref()
             .and_then(|inner| inner.downcast_ref::<rustls::Error>()),

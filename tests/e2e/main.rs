@@ -21,5 +21,6 @@ mod qoder;
 mod qoder_cosy;
 mod return_errors;
 mod secrets;
+mod tls;
 mod trae;
 mod trust;
