@@ -532,12 +532,23 @@ async fn a_leaf_is_renewed_while_shimgate_runs() {
     let picked_up = crate::support::eventually(Duration::from_secs(5), || {
         let addr = addr.clone();
         let root = root.clone();
-        async move { tls::connect(&addr, "127.0.0.1", tls::client_config(Some(&root))).await.is_ok() }
+        async move {
+            tls::connect(&addr, "127.0.0.1", tls::client_config(Some(&root)))
+                .await
+                .is_ok()
+        }
     })
     .await;
     assert!(picked_up, "the rotated CA is used without a restart");
-    assert!(tls::connect(&addr, "127.0.0.1", tls::client_config(Some(&old_root))).await.is_err());
-    assert_eq!(t.status()["ca"]["fingerprint"], rotated.root.fingerprint.as_str());
+    assert!(
+        tls::connect(&addr, "127.0.0.1", tls::client_config(Some(&old_root)))
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        t.status()["ca"]["fingerprint"],
+        rotated.root.fingerprint.as_str()
+    );
     server.abort();
 }
 
