@@ -448,8 +448,10 @@ pub async fn run(samples: usize, paths: &[LatPath], tls: bool) -> LatencyReport 
     // side that trusts its root alone.
     let tls = tls.then(|| {
         let state = gate::scratch().join("tls-state");
-        let mut config = shimgate::config::Config::default();
-        config.state_dir = state.clone();
+        let config = shimgate::config::Config {
+            state_dir: state.clone(),
+            ..Default::default()
+        };
         let info = shimgate::tls::ensure_ca(&config).expect("the bench's local CA");
         (state, TlsClient::trusting(&info.root_pem))
     });

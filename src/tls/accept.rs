@@ -403,7 +403,6 @@ impl Tls {
             let mismatch = a.permitted.compare(&self.wanted).describe();
             json!({
                 "fingerprint": a.root.fingerprint,
-                "rootPem": a.files.root().display().to_string(),
                 "notAfter": iso8601(a.not_after()),
                 "endsSoon": a.ending(now).is_some(),
                 "permitted": a.permitted.shown(),

@@ -42,8 +42,10 @@ fn config(state: &Path, qoder_up: &str, trae_up: &str) -> String {
 /// The CA made in `state` before the gate starts (as `shimgate ca path`
 /// makes it), so the test's client can trust it.
 fn make_ca(state: &Path) -> (PathBuf, String) {
-    let mut c = Config::default();
-    c.state_dir = state.to_path_buf();
+    let c = Config {
+        state_dir: state.to_path_buf(),
+        ..Default::default()
+    };
     let info = shimgate::tls::ensure_ca(&c).unwrap();
     assert!(info.created);
     (info.root_pem, info.fingerprint)
@@ -148,6 +150,42 @@ async fn tls_and_plain_http_share_each_listener_under_the_local_ca() {
         metrics.contains("shimgate_tls_handshakes_total{outcome=\"unknown_name\"} 1"),
         "{metrics}"
     );
+    gate.stop(Duration::from_secs(1)).await;
+}
+
+/// A client that opens a TLS handshake and stalls is closed within the
+/// header-read timeout, and counted.
+#[tokio::test]
+async fn a_stalled_handshake_ends_within_the_header_read_timeout() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let dir = tempdir();
+    let state = dir.join("state");
+    make_ca(&state);
+    let (q, t) = upstreams().await;
+    let toml = format!(
+        "[limits]\nheader_read_timeout_ms = 300\n{}",
+        config(&state, &q.url(), &t.url())
+    );
+    let gate = Gate::start(&toml).await;
+    let mut tcp = tokio::net::TcpStream::connect(tls::authority(&gate.qoder))
+        .await
+        .unwrap();
+    // The first bytes of a TLS record, and no more.
+    tcp.write_all(&[0x16, 0x03, 0x01]).await.unwrap();
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 64];
+    let closed = tokio::time::timeout(Duration::from_secs(10), tcp.read(&mut buf)).await;
+    assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "{closed:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let counted = crate::support::eventually(Duration::from_secs(5), || async {
+        gate.status().await["tls"]["handshakes"]["refused"]["timeout"] == 1
+    })
+    .await;
+    assert!(counted);
     gate.stop(Duration::from_secs(1)).await;
 }
 
@@ -484,8 +522,10 @@ async fn a_leaf_outside_the_name_constraints_is_refused_by_every_verifier() {
 #[tokio::test]
 async fn a_leaf_is_renewed_while_shimgate_runs() {
     let dir = tempdir();
-    let mut c = Config::default();
-    c.state_dir = dir.to_path_buf();
+    let c = Config {
+        state_dir: dir.to_path_buf(),
+        ..Default::default()
+    };
     // shimgate's clock starts 25 days back, so both leaves are valid on the
     // client's (real) clock: the first ends in 5 days, the second in 30.
     let real = SystemTime::now();
