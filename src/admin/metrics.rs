@@ -53,6 +53,8 @@ struct Snapshot {
     tokens: Vec<TokenFamily>,
     /// Admin requests the trust rules refused, per rule.
     refused: [(&'static str, u64); 3],
+    /// TLS connections per handshake outcome (`ok` and each refusal).
+    tls_handshakes: Vec<(&'static str, u64)>,
     /// Per shim: a handle on the live histogram (read as it is encoded).
     first_byte: Vec<(&'static str, Histogram)>,
     overhead: Vec<(&'static str, Histogram)>,
@@ -95,6 +97,10 @@ impl Snapshot {
                 })
                 .collect(),
             refused: app.admin.refused_counts(),
+            tls_handshakes: crate::tls::Outcome::ALL
+                .iter()
+                .map(|o| (o.as_str(), app.tls.count(*o)))
+                .collect(),
             first_byte: names
                 .iter()
                 .map(|s| (*s, latency.first_byte(s).clone()))
@@ -148,7 +154,7 @@ impl Collector for Snapshot {
         )?
         .encode_gauge(&self.streams_in_flight)?;
         self.encode_routes(&mut enc)?;
-        let labelled: [LabelledFamily<'_>; 3] = [
+        let labelled: [LabelledFamily<'_>; 4] = [
             (
                 "shimgate_retry_budget_exhausted",
                 "Retryable failures that switched route because the retry budget was spent, per shim.",
@@ -166,6 +172,12 @@ impl Collector for Snapshot {
                 "Admin requests refused by the loopback trust rules, per code.",
                 "code",
                 &self.refused,
+            ),
+            (
+                "shimgate_tls_handshakes",
+                "TLS connections per handshake outcome: ok, or why it was refused or failed.",
+                "outcome",
+                &self.tls_handshakes,
             ),
         ];
         let tokens = self
@@ -393,6 +405,7 @@ mod tests {
                 ("FORBIDDEN_ORIGIN", 0),
                 ("UNAUTHORIZED", 0),
             ],
+            tls_handshakes: vec![("ok", 7), ("client_refused", 1)],
             first_byte: vec![("qoder", h)],
             overhead: vec![],
             uptime_seconds: 1.5,
@@ -409,6 +422,8 @@ mod tests {
             "shimgate_route_breaker_state{shim=\"trae\",route=\"a \\\"b\\\"\"} 2",
             "shimgate_route_cooldown_seconds{shim=\"trae\",route=\"a \\\"b\\\"\"} 12.5",
             "shimgate_route_breaker_opens_total{shim=\"trae\",route=\"a \\\"b\\\"\"} 3",
+            "shimgate_tls_handshakes_total{outcome=\"ok\"} 7",
+            "shimgate_tls_handshakes_total{outcome=\"client_refused\"} 1",
             "# TYPE shimgate_retry_budget_exhausted_total counter",
             "shimgate_retry_budget_exhausted_total{shim=\"trae\"} 4",
             "# TYPE shimgate_upstream_first_byte_seconds histogram",

@@ -64,6 +64,9 @@ pub struct App {
     pub admin: admin::AdminState,
     /// What compression saved, in tokens, kept across restarts.
     pub ledger: Arc<ledger::Ledger>,
+    /// TLS on every listener: the local CA, the leaves, the handshake
+    /// counts (its state dir and `[ca] names` as at start).
+    pub tls: Arc<crate::tls::Tls>,
 }
 
 impl App {
@@ -76,7 +79,9 @@ impl App {
         let route_file = Arc::new(RouteStore::open(&config, &chain, Now::system()));
         let admin = admin::AdminState::for_config(&config);
         let ledger = ledger::Ledger::open(&config);
+        let tls = Arc::new(crate::tls::Tls::new(&config));
         Arc::new(App {
+            tls,
             live: RwLock::new(Arc::new(Live {
                 config: Arc::new(config),
                 client,

@@ -5,6 +5,7 @@
 //! `serde_path_to_error`), then [`Config::from_raw`] checks every value and
 //! fills defaults. Both stages run before any socket is bound.
 
+pub mod ca;
 pub mod edit;
 pub mod paths;
 pub mod raw;
@@ -424,6 +425,9 @@ pub struct Config {
     pub admin: AdminConfig,
     /// `[savings]`.
     pub savings: SavingsConfig,
+    /// `[ca]`: what the local CA may sign for (read when the CA is made
+    /// and when `serve` starts).
+    pub ca: ca::CaConfig,
     /// `[upstream] proxy`.
     pub upstream_proxy: Option<ProxySetting>,
     /// `[upstream] roots`.
@@ -450,6 +454,7 @@ impl Default for Config {
             state_ttl: Duration::from_millis(DEFAULT_STATE_TTL_MS),
             admin: AdminConfig::default(),
             savings: SavingsConfig::default(),
+            ca: ca::CaConfig::default(),
             upstream_proxy: None,
             roots: crate::http::client::Roots::default(),
             ca_file: None,
@@ -622,6 +627,9 @@ impl Config {
         }
         if let Some(s) = raw.savings {
             apply_savings(s, &mut config.savings)?;
+        }
+        if let Some(c) = raw.ca {
+            config.ca = ca::check(c)?;
         }
         for (name, raw_shim) in raw.shims.unwrap_or_default() {
             let Some(shim) = config.shims.iter_mut().find(|s| s.name == name) else {

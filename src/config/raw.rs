@@ -21,6 +21,7 @@ pub struct RawConfig {
     pub breaker: Option<RawBreaker>,
     pub admin: Option<RawAdmin>,
     pub savings: Option<RawSavings>,
+    pub ca: Option<RawCa>,
     /// `[shims.NAME]`, one table per shim of the registry.
     pub shims: Option<BTreeMap<String, RawShim>>,
 }
@@ -48,6 +49,13 @@ pub struct RawSavings {
 pub struct RawAdmin {
     pub allowed_hosts: Option<Vec<String>>,
     pub token_file: Option<String>,
+}
+
+/// `[ca]`: the names the local CA may sign for besides loopback.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCa {
+    pub names: Option<Vec<String>>,
 }
 
 /// `[breaker]`.

@@ -441,3 +441,20 @@ fn savings_keys_are_checked_with_their_key_path() {
     );
     assert!(err("[savings]\nkeep = 3\n").contains("unknown field"));
 }
+
+#[test]
+fn ca_names_default_to_the_providers_and_bad_ones_name_their_key() {
+    let c = Config::from_toml("").unwrap();
+    assert_eq!(c.ca.names, ca::DEFAULT_CA_NAMES);
+    let c = Config::from_toml("[ca]\nnames = [\"Qoder.sh\", \"example.com\"]\n").unwrap();
+    assert_eq!(c.ca.names, ["qoder.sh", "example.com"]);
+    let e = err("[ca]\nnames = [\"qoder.sh\", \".trae.ai\"]\n");
+    assert!(
+        e.starts_with("ca.names[1]: \".trae.ai\" starts with a dot"),
+        "{e}"
+    );
+    let e = err("[ca]\nnames = [\"com\"]\n");
+    assert!(e.starts_with("ca.names[0]:"), "{e}");
+    let e = err("[ca]\nname = [\"qoder.sh\"]\n");
+    assert!(e.contains("unknown field `name`"), "{e}");
+}

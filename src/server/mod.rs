@@ -1,5 +1,6 @@
-//! The listeners: one HTTP/1.1 server per enabled shim, TCP_NODELAY on every
-//! socket, client limits (`conn`), and a graceful shutdown that closes idle
+//! The listeners: one HTTP/1.1 server per enabled shim, TLS and plain HTTP
+//! on the same port, TCP_NODELAY on every socket, client limits (`conn`),
+//! and a graceful shutdown that closes idle
 //! connections at once and lets streams finish within a grace period before
 //! ending them with a final error frame.
 
@@ -103,6 +104,9 @@ pub async fn start(config: Config) -> Running {
     let tracker = TaskTracker::new();
     let mut accept_loops = JoinSet::new();
     let mut addrs = BTreeMap::new();
+    // The CA, if one is there: its fingerprint in the log, and a warning
+    // when it no longer matches `[ca] names` or ends soon.
+    app.tls.at_start();
     for shim in config.shims.iter().filter(|s| s.enabled) {
         let name = shim.name;
         let stats = app.shim_stats(name);
@@ -116,7 +120,8 @@ pub async fn start(config: Config) -> Running {
                     info!(shim = name, "no routes are configured: calls this shim must send upstream get 502 NO_ROUTES");
                 }
                 let connections =
-                    Connections::new(config.client.clone(), tracker.clone(), draining.clone());
+                    Connections::new(config.client.clone(), tracker.clone(), draining.clone())
+                        .with_tls(app.tls.clone());
                 let trust = crate::admin::Listener {
                     remote: !addr.ip().is_loopback(),
                 };

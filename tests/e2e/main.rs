@@ -22,5 +22,6 @@ mod qoder_cosy;
 mod return_errors;
 mod savings;
 mod secrets;
+mod tls;
 mod trae;
 mod trust;

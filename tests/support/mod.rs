@@ -16,6 +16,7 @@ pub mod model;
 pub mod proxy;
 pub mod qoder;
 pub mod signal;
+pub mod tls;
 pub mod trae;
 pub mod upstream;
 
