@@ -99,14 +99,18 @@ pub async fn start(config: Config) -> Running {
     let tracker = TaskTracker::new();
     let mut accept_loops = JoinSet::new();
     let mut addrs = BTreeMap::new();
-    for shim in config.shims.iter().filter(|s| s.enabled) {
+    // A shim that rides on another (qoder's model-server wire) is served
+    // by its host's listener.
+    let listens = |name: &str| crate::registry::find(name).is_none_or(|f| f.listens());
+    for shim in config.shims.iter().filter(|s| s.enabled && listens(s.name)) {
         let name = shim.name;
-        let stats = app.shim_stats(name);
         match bind(shim.listen) {
             Ok(listener) => {
                 let addr = listener.local_addr().unwrap_or(shim.listen);
-                stats.listening(addr);
-                addrs.insert(name, addr);
+                for served in crate::registry::served_by(name) {
+                    app.shim_stats(served.name).listening(addr);
+                    addrs.insert(served.name, addr);
+                }
                 info!(shim = name, %addr, "listening");
                 if shim.routes.is_empty() {
                     info!(shim = name, "no routes are configured: calls this shim must send upstream get 502 NO_ROUTES");
@@ -128,7 +132,9 @@ pub async fn start(config: Config) -> Running {
             Err(e) => {
                 let message = format!("cannot listen on {}: {e}", shim.listen);
                 error!(shim = name, "{message}");
-                stats.start_failed(message);
+                for served in crate::registry::served_by(name) {
+                    app.shim_stats(served.name).start_failed(message.clone());
+                }
             }
         }
     }
