@@ -129,7 +129,9 @@ impl ChainError {
             ChainError::NoRoutes { shim } => {
                 let path = crate::registry::find(shim)
                     .map_or_else(|| format!("shims.{shim}.routes"), |f| f.routes_path());
-                format!("no routes are configured for the {shim} shim: add [[{path}]] to the config")
+                format!(
+                    "no routes are configured for the {shim} shim: add [[{path}]] to the config"
+                )
             }
             ChainError::Exhausted { reports, .. } => {
                 let tried = reports.iter().filter(|r| r.tries > 0).count();

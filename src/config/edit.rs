@@ -230,12 +230,21 @@ url = "http://t1.example"
     #[test]
     fn the_model_server_wire_s_routes_are_reordered_in_the_qoder_section() {
         let text = "[shims.qoder]\nlisten = \"127.0.0.1:47001\"\n\n[[shims.qoder.model_routes]]\nname = \"intl\"\nurl = \"https://a\"\n\n[[shims.qoder.model_routes]]\nname = \"cn\"\nurl = \"https://b\"\n";
-        assert_eq!(route_names(text, "qoderModel").unwrap(), names(&["intl", "cn"]));
+        assert_eq!(
+            route_names(text, "qoderModel").unwrap(),
+            names(&["intl", "cn"])
+        );
         let out = reorder_routes(text, "qoderModel", &names(&["cn", "intl"])).unwrap();
-        assert_eq!(route_names(&out, "qoderModel").unwrap(), names(&["cn", "intl"]));
+        assert_eq!(
+            route_names(&out, "qoderModel").unwrap(),
+            names(&["cn", "intl"])
+        );
         let c = crate::config::Config::from_toml(&out).unwrap();
         assert_eq!(c.shim("qoderModel").unwrap().routes[0].name, "cn");
-        assert!(route_names(text, "qoder").is_err(), "the legacy wire has none here");
+        assert!(
+            route_names(text, "qoder").is_err(),
+            "the legacy wire has none here"
+        );
     }
 
     #[test]

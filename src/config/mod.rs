@@ -608,7 +608,8 @@ impl Config {
         }
         for (name, mut raw_shim) in raw.shims.unwrap_or_default() {
             let section = registry::find(&name).filter(|f| f.listens());
-            let Some(shim) = section.and_then(|f| config.shims.iter_mut().find(|s| s.name == f.name))
+            let Some(shim) =
+                section.and_then(|f| config.shims.iter_mut().find(|s| s.name == f.name))
             else {
                 let known: Vec<_> = registry::facts()
                     .iter()
@@ -833,7 +834,10 @@ fn take_riders(
         let listed: Vec<String> = expected.iter().map(|k| format!("`{k}`")).collect();
         return Err(ConfigError::at(
             format!("shims.{host}.{key}"),
-            format!("unknown field `{key}`, expected one of {}", listed.join(", ")),
+            format!(
+                "unknown field `{key}`, expected one of {}",
+                listed.join(", ")
+            ),
         ));
     }
     Ok(taken)

@@ -150,7 +150,8 @@ impl Outbound for FreshIdOutbound {
     fn request<'a>(&'a self, route: &'a Route) -> OutboundFuture<'a> {
         Box::pin(async move {
             let id = uuid::Uuid::new_v4().hyphenated().to_string();
-            let body = (self.stamp)(&self.post.body, &id).map_or_else(|| self.post.body.clone(), Bytes::from);
+            let body = (self.stamp)(&self.post.body, &id)
+                .map_or_else(|| self.post.body.clone(), Bytes::from);
             let mut headers = self.post.headers.clone();
             if let Ok(v) = HeaderValue::from_str(&id) {
                 headers.insert(self.header.clone(), v);
@@ -431,7 +432,11 @@ mod tests {
             let id = req.headers()["x-request-id"].to_str().unwrap().to_owned();
             let v: Value = serde_json::from_slice(req.body()).unwrap();
             assert_eq!(v["metadata"]["context"]["request_id"], id.as_str());
-            assert_eq!(req.headers()["authorization"], "Bearer tok", "passed on untouched");
+            assert_eq!(
+                req.headers()["authorization"],
+                "Bearer tok",
+                "passed on untouched"
+            );
             assert_eq!(req.uri().path(), "/model/v1/chat/completions");
             ids.push(id);
         }
@@ -439,9 +444,19 @@ mod tests {
         ids.sort();
         ids.dedup();
         assert_eq!(ids.len(), 3, "a fresh id every attempt");
-        let plain = fresh.outbound(&config, Bytes::from_static(b"not json"), "/x", &agent, false);
+        let plain = fresh.outbound(
+            &config,
+            Bytes::from_static(b"not json"),
+            "/x",
+            &agent,
+            false,
+        );
         let req = plain.request(&route).await.unwrap();
-        assert_eq!(&req.body()[..], b"not json", "a body it cannot stamp goes as it came");
+        assert_eq!(
+            &req.body()[..],
+            b"not json",
+            "a body it cannot stamp goes as it came"
+        );
         assert_ne!(req.headers()["x-request-id"], "agent-1");
     }
 
