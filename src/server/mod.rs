@@ -49,7 +49,8 @@ pub struct Running {
 }
 
 impl Running {
-    /// The bound address of a shim's listener (`None` if it did not start).
+    /// The bound address of a shim's listener (`None` if it did not start,
+    /// or the shim rides on another's).
     pub fn addr(&self, shim: &str) -> Option<SocketAddr> {
         self.addrs.get(shim).copied()
     }
@@ -107,9 +108,9 @@ pub async fn start(config: Config) -> Running {
         match bind(shim.listen) {
             Ok(listener) => {
                 let addr = listener.local_addr().unwrap_or(shim.listen);
+                addrs.insert(name, addr);
                 for served in crate::registry::served_by(name) {
                     app.shim_stats(served.name).listening(addr);
-                    addrs.insert(served.name, addr);
                 }
                 info!(shim = name, %addr, "listening");
                 if shim.routes.is_empty() {

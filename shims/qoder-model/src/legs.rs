@@ -44,7 +44,8 @@ pub struct ModelReturnLeg {
     content: bool,
     /// The text of an `[EXCEED_QUOTA]` seen before any content.
     quota: Option<String>,
-    /// How the answer ended (nothing is written after it).
+    /// How the answer ended, once its closing frames are written
+    /// (nothing is written after them).
     ended: Option<FrameClass>,
 }
 
@@ -143,14 +144,19 @@ impl StreamTranslator for ModelReturnLeg {
         if let Some(class) = &self.ended {
             return class.clone();
         }
-        let class = match self.inner.eof(out) {
-            FrameClass::End => match self.quota_failure() {
-                Some(f) => FrameClass::Error(f),
-                None => FrameClass::End,
-            },
+        match self.inner.eof(out) {
+            // The unwrapper wrote `[DONE]`: the answer is closed.
+            FrameClass::End => {
+                let class = match self.quota_failure() {
+                    Some(f) => FrameClass::Error(f),
+                    None => FrameClass::End,
+                };
+                self.end(class)
+            }
+            // Cut: nothing written yet; the chain calls `fail`, which
+            // closes the output.
             other => other,
-        };
-        self.end(class)
+        }
     }
 
     fn fail(&mut self, failure: &Failure, out: &mut BytesMut) {

@@ -266,3 +266,13 @@ fn the_ingress_passes_bare_frames_and_ends_on_done() {
     let input = data(&[ROLE, HI, STOP, "[DONE]"]);
     assert_eq!(ingress(input.clone()), input);
 }
+
+#[test]
+fn a_cut_stream_after_a_broken_envelope_is_still_closed_by_fail() {
+    // fuzz: an envelope-like frame that is not JSON, then the end of input.
+    let input =
+        Bytes::from_static(b"data: {\"statusCodeValue\": 403, \"body\":\\{\" \"code\\\": 1}\n\n");
+    let out = translate_all(ModelReturnLeg::default(), [input]);
+    let events = parse_all(&out).unwrap();
+    assert_eq!(&events.last().unwrap().data[..], b"[DONE]", "{out:?}");
+}
