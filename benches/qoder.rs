@@ -32,7 +32,14 @@
 //! `qoder_model_wire`: qoder's model-server wire (bare OpenAI chunks, two
 //! sentinels): its return leg and ingress against the qoder unwrapper they
 //! wrap (`*_baseline_*`), the cost of reading the wire's sentinels and
-//! errors on top of it.
+//! errors on top of it. 2026-12-06, one criterion run (load average 8–10
+//! on 2 cores, other engineers' builds running), a stream of about 808 KB
+//! in 3,467 frames: return leg 1.13 ms (684 MiB/s) against the
+//! unwrapper's 0.775 ms (995 MiB/s), 1.45×; ingress 0.957 ms (806 MiB/s)
+//! against 0.762 ms (1,012 MiB/s), 1.26×. The difference is the reading of
+//! each event as the CLI reads it (a bracket, `statusCodeValue`, `error`
+//! or `\u` in it sends the frame to a cursor scan): about 0.1 µs a frame,
+//! 50 µs for a 500-frame answer.
 //!
 //! Run: `cargo bench --bench qoder` (about 30 s).
 //!
