@@ -564,8 +564,13 @@ fn bench_fold(c: &mut Criterion) {
 fn model_stream() -> Vec<u8> {
     let bare = |body: String| format!("data: {body}\n\n");
     let mut frames = vec![
-        bare(r#"[NOTIFICATIONS]#{"notifications":[{"notificationType":"low_balance"}]}"#.to_owned()),
-        bare(chunk(json!({"role": "assistant", "content": ""}), Value::Null)),
+        bare(
+            r#"[NOTIFICATIONS]#{"notifications":[{"notificationType":"low_balance"}]}"#.to_owned(),
+        ),
+        bare(chunk(
+            json!({"role": "assistant", "content": ""}),
+            Value::Null,
+        )),
     ];
     for i in 0..400 {
         let delta = json!({"content": null, "reasoning_content": TEXTS[i % TEXTS.len()]});
@@ -636,10 +641,19 @@ fn bench_model_wire(c: &mut Criterion) {
     let ours_frames = datas(&ours);
     let sentinels: Vec<Bytes> = ours_frames.iter().filter_map(carried).collect();
     assert_eq!(sentinels.len(), 2, "the two sentinels, carried");
-    let plain: Vec<&Bytes> = ours_frames.iter().filter(|d| carried(d).is_none()).collect();
+    let plain: Vec<&Bytes> = ours_frames
+        .iter()
+        .filter(|d| carried(d).is_none())
+        .collect();
     let base_frames = datas(&base);
-    let base_plain: Vec<&Bytes> = base_frames.iter().filter(|d| !sentinels.contains(d)).collect();
-    assert_eq!(plain, base_plain, "the chunks pass as the unwrapper passes them");
+    let base_plain: Vec<&Bytes> = base_frames
+        .iter()
+        .filter(|d| !sentinels.contains(d))
+        .collect();
+    assert_eq!(
+        plain, base_plain,
+        "the chunks pass as the unwrapper passes them"
+    );
     let relayed = split(&ours);
     let mut group = c.benchmark_group("qoder_model_wire");
     group.throughput(Throughput::Bytes(stream.len() as u64));
