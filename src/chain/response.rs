@@ -126,9 +126,13 @@ impl ChainError {
     /// One line for logs and `lastError`.
     pub fn message(&self) -> String {
         match self {
-            ChainError::NoRoutes { shim } => format!(
-                "no routes are configured for the {shim} shim: add [[shims.{shim}.routes]] to the config"
-            ),
+            ChainError::NoRoutes { shim } => {
+                let path = crate::registry::find(shim)
+                    .map_or_else(|| format!("shims.{shim}.routes"), |f| f.routes_path());
+                format!(
+                    "no routes are configured for the {shim} shim: add [[{path}]] to the config"
+                )
+            }
             ChainError::Exhausted { reports, .. } => {
                 let tried = reports.iter().filter(|r| r.tries > 0).count();
                 let mut text = format!("all {} routes failed ({tried} tried)", reports.len());

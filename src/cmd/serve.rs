@@ -65,11 +65,19 @@ pub fn resolve_config(path: Option<&Path>) -> Result<(Config, String), ConfigErr
 pub fn check_config(path: &Path) -> ExitCode {
     match Config::load(path) {
         Ok(c) => {
-            let shims: Vec<String> = c
-                .shims
+            // One entry per listener, with the shims that ride on it
+            // (`qoder 1 routes + qoderModel 2 routes on 127.0.0.1:47001`).
+            let shims: Vec<String> = crate::registry::facts()
                 .iter()
-                .filter(|s| s.enabled)
-                .map(|s| format!("{} {} routes on {}", s.name, s.routes.len(), s.listen))
+                .filter(|f| f.listens())
+                .filter_map(|f| c.shim(f.name).filter(|s| s.enabled))
+                .map(|s| {
+                    let routes: Vec<String> = crate::registry::served_by(s.name)
+                        .filter_map(|f| c.shim(f.name))
+                        .map(|r| format!("{} {} routes", r.name, r.routes.len()))
+                        .collect();
+                    format!("{} on {}", routes.join(" + "), s.listen)
+                })
                 .collect();
             println!(
                 "{}: ok ({}, compressor {})",

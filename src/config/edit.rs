@@ -33,13 +33,24 @@ fn parse(text: &str) -> Result<DocumentMut, EditError> {
         .map_err(|e| EditError::Conflict(format!("the config file does not parse as TOML: {e}")))
 }
 
-/// The route names of `[[shims.SHIM.routes]]` in file order.
+/// Where a shim's routes are written: its section and key
+/// (`shims.trae.routes`, `shims.qoder.model_routes`).
+fn place(shim: &str) -> (&str, &'static str) {
+    match crate::registry::find(shim) {
+        Some(f) => (f.section(), f.routes_key),
+        None => (shim, "routes"),
+    }
+}
+
+/// The route names of the shim's routes list (`[[shims.SHIM.routes]]`,
+/// or its key in its host's section) in file order.
 pub fn route_names(text: &str, shim: &str) -> Result<Vec<String>, EditError> {
     let doc = parse(text)?;
+    let (section, key) = place(shim);
     let names = match doc
         .get("shims")
-        .and_then(|s| s.get(shim))
-        .and_then(|s| s.get("routes"))
+        .and_then(|s| s.get(section))
+        .and_then(|s| s.get(key))
     {
         Some(Item::ArrayOfTables(aot)) => aot
             .iter()
@@ -58,7 +69,7 @@ pub fn route_names(text: &str, shim: &str) -> Result<Vec<String>, EditError> {
     };
     names.ok_or_else(|| {
         EditError::Conflict(format!(
-            "the config file has no [[shims.{shim}.routes]] list with a name on every route"
+            "the config file has no [[shims.{section}.{key}]] list with a name on every route"
         ))
     })
 }
@@ -78,8 +89,9 @@ pub fn reorder_routes(text: &str, shim: &str, order: &[String]) -> Result<String
         )));
     }
     let mut doc = parse(text)?;
+    let (section, key) = place(shim);
     let place = |name: &str| order.iter().position(|n| n == name).unwrap_or(usize::MAX);
-    match doc["shims"][shim].get_mut("routes") {
+    match doc["shims"][section].get_mut(key) {
         Some(Item::ArrayOfTables(aot)) => {
             // Each table keeps its comments; the slots (document
             // positions) stay where they were and take the tables in
@@ -213,6 +225,26 @@ url = "http://t1.example"
             reorder_routes(FILE, "nope", &names(&["a"])),
             Err(EditError::Conflict(_))
         ));
+    }
+
+    #[test]
+    fn the_model_server_wire_s_routes_are_reordered_in_the_qoder_section() {
+        let text = "[shims.qoder]\nlisten = \"127.0.0.1:47001\"\n\n[[shims.qoder.model_routes]]\nname = \"intl\"\nurl = \"https://a\"\n\n[[shims.qoder.model_routes]]\nname = \"cn\"\nurl = \"https://b\"\n";
+        assert_eq!(
+            route_names(text, "qoderModel").unwrap(),
+            names(&["intl", "cn"])
+        );
+        let out = reorder_routes(text, "qoderModel", &names(&["cn", "intl"])).unwrap();
+        assert_eq!(
+            route_names(&out, "qoderModel").unwrap(),
+            names(&["cn", "intl"])
+        );
+        let c = crate::config::Config::from_toml(&out).unwrap();
+        assert_eq!(c.shim("qoderModel").unwrap().routes[0].name, "cn");
+        assert!(
+            route_names(text, "qoder").is_err(),
+            "the legacy wire has none here"
+        );
     }
 
     #[test]

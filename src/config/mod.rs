@@ -386,7 +386,7 @@ pub struct ShimConfig {
 }
 
 impl ShimConfig {
-    /// The defaults of a registered shim.
+    /// The defaults of a registered shim (its default routes included).
     fn of(facts: &Facts) -> Self {
         ShimConfig {
             name: facts.name,
@@ -398,9 +398,30 @@ impl ShimConfig {
             allow_remote: false,
             compressor: None,
             codec: Codec::Plain,
-            routes: Vec::new(),
+            routes: default_routes(facts),
         }
     }
+}
+
+/// A shim's built-in routes (`Shim::DEFAULT_ROUTES`), as if configured.
+fn default_routes(facts: &Facts) -> Vec<Route> {
+    facts
+        .default_routes
+        .iter()
+        .filter_map(|(name, url)| {
+            let raw = RawRoute {
+                name: (*name).to_owned(),
+                url: (*url).to_owned(),
+                max_concurrency: None,
+                headers: None,
+                context_tokens: None,
+                active_hours: None,
+                until: None,
+                proxy: None,
+            };
+            check_route(&facts.routes_path(), raw).ok()
+        })
+        .collect()
 }
 
 /// The validated runtime config.
@@ -631,16 +652,31 @@ impl Config {
         if let Some(c) = raw.ca {
             config.ca = ca::check(c)?;
         }
-        for (name, raw_shim) in raw.shims.unwrap_or_default() {
-            let Some(shim) = config.shims.iter_mut().find(|s| s.name == name) else {
-                let known: Vec<_> = registry::names().collect();
+        for (name, mut raw_shim) in raw.shims.unwrap_or_default() {
+            let section = registry::find(&name).filter(|f| f.listens());
+            let Some(shim) =
+                section.and_then(|f| config.shims.iter_mut().find(|s| s.name == f.name))
+            else {
+                let known: Vec<_> = registry::facts()
+                    .iter()
+                    .filter(|f| f.listens())
+                    .map(|f| f.name)
+                    .collect();
                 return Err(ConfigError::at(
                     format!("shims.{name}"),
                     format!("unknown shim {name:?} (known: {})", known.join(", ")),
                 ));
             };
+            let riders = take_riders(&name, &mut raw_shim.other)?;
             apply_shim(raw_shim, shim)?;
+            let enabled = shim.enabled;
+            for (facts, routes) in riders {
+                if let Some(rider) = config.shims.iter_mut().find(|s| s.name == facts.name) {
+                    apply_routes(&facts.routes_path(), routes, rider, enabled)?;
+                }
+            }
         }
+        share_host_settings(&mut config.shims);
         check_listen_clashes(&config.shims)?;
         Ok(config)
     }
@@ -833,8 +869,76 @@ fn apply_breaker(b: raw::RawBreaker, p: &mut BreakerPolicy) -> Result<(), Config
     Ok(())
 }
 
-/// Two enabled shims cannot share a listen address (port 0 excepted).
+/// The routes of the shims that ride on the section `host`, taken out of
+/// its other keys (`model_routes`), with their key paths checked; any key
+/// left is unknown (refused, named as serde names one).
+fn take_riders(
+    host: &str,
+    other: &mut std::collections::BTreeMap<String, toml::Value>,
+) -> Result<Vec<(&'static Facts, Vec<RawRoute>)>, ConfigError> {
+    let mut taken = Vec::new();
+    let riders = registry::facts()
+        .iter()
+        .filter(|f| f.rides_on == Some(host));
+    for facts in riders {
+        let Some(value) = other.remove(facts.routes_key) else {
+            continue;
+        };
+        let path = facts.routes_path();
+        let routes: Vec<RawRoute> = serde_path_to_error::deserialize(value).map_err(|e| {
+            let inner = e.path().to_string();
+            let at = match inner.as_str() {
+                "." => path.clone(),
+                p if p.starts_with('[') => format!("{path}{p}"),
+                p => format!("{path}.{p}"),
+            };
+            ConfigError::at(at, e.into_inner().to_string())
+        })?;
+        taken.push((facts, routes));
+    }
+    if let Some(key) = other.keys().next() {
+        let mut expected: Vec<&str> = RawShim::FIELDS.to_vec();
+        expected.extend(
+            registry::facts()
+                .iter()
+                .filter(|f| f.rides_on == Some(host))
+                .map(|f| f.routes_key),
+        );
+        let listed: Vec<String> = expected.iter().map(|k| format!("`{k}`")).collect();
+        return Err(ConfigError::at(
+            format!("shims.{host}.{key}"),
+            format!(
+                "unknown field `{key}`, expected one of {}",
+                listed.join(", ")
+            ),
+        ));
+    }
+    Ok(taken)
+}
+
+/// A shim that rides on another takes its host's `enabled`, `listen`,
+/// `allow_remote` and `compressor`: one listener, one section.
+fn share_host_settings(shims: &mut [ShimConfig]) {
+    for i in 0..shims.len() {
+        let Some(host) = registry::find(shims[i].name).and_then(|f| f.rides_on) else {
+            continue;
+        };
+        let Some(h) = shims.iter().find(|s| s.name == host).cloned() else {
+            continue;
+        };
+        let rider = &mut shims[i];
+        rider.enabled = h.enabled;
+        rider.listen = h.listen;
+        rider.allow_remote = h.allow_remote;
+        rider.compressor = h.compressor;
+    }
+}
+
+/// Two enabled shims cannot share a listen address (port 0 excepted); a
+/// shim that rides on another has none of its own.
 fn check_listen_clashes(shims: &[ShimConfig]) -> Result<(), ConfigError> {
+    let listening = |s: &&ShimConfig| registry::find(s.name).is_none_or(Facts::listens);
+    let shims: Vec<&ShimConfig> = shims.iter().filter(listening).collect();
     for (i, later) in shims.iter().enumerate() {
         let clash = shims[..i].iter().find(|earlier| {
             earlier.enabled
@@ -927,23 +1031,36 @@ fn apply_shim(raw: RawShim, shim: &mut ShimConfig) -> Result<(), ConfigError> {
         shim.codec = codec;
     }
     if let Some(routes) = raw.routes {
-        if routes.is_empty() && shim.enabled {
+        let enabled = shim.enabled;
+        apply_routes(&key("routes"), routes, shim, enabled)?;
+    }
+    Ok(())
+}
+
+/// A shim's routes as written at `path` (`shims.trae.routes`): each
+/// checked, names unique; an empty list is refused when the shim is on.
+fn apply_routes(
+    path: &str,
+    routes: Vec<RawRoute>,
+    shim: &mut ShimConfig,
+    enabled: bool,
+) -> Result<(), ConfigError> {
+    if routes.is_empty() && enabled {
+        return Err(ConfigError::at(
+            path,
+            format!("is empty: give the shim at least one [[{path}]], or leave the key out"),
+        ));
+    }
+    shim.routes = Vec::with_capacity(routes.len());
+    for (i, r) in routes.into_iter().enumerate() {
+        let route = check_route(&format!("{path}[{i}]"), r)?;
+        if shim.routes.iter().any(|o| o.name == route.name) {
             return Err(ConfigError::at(
-                key("routes"),
-                "is empty: give the shim at least one [[shims.NAME.routes]], or leave the key out",
+                format!("{path}[{i}].name"),
+                format!("{:?} is used by an earlier route", route.name),
             ));
         }
-        shim.routes = Vec::with_capacity(routes.len());
-        for (i, r) in routes.into_iter().enumerate() {
-            let route = check_route(&format!("shims.{name}.routes[{i}]"), r)?;
-            if shim.routes.iter().any(|o| o.name == route.name) {
-                return Err(ConfigError::at(
-                    format!("shims.{name}.routes[{i}].name"),
-                    format!("{:?} is used by an earlier route", route.name),
-                ));
-            }
-            shim.routes.push(route);
-        }
+        shim.routes.push(route);
     }
     Ok(())
 }

@@ -126,8 +126,12 @@ pub struct RawLimits {
 }
 
 /// `[shims.NAME]`.
+///
+/// Not `deny_unknown_fields`: the routes of a shim that rides on this one
+/// (`[[shims.qoder.model_routes]]`, named by that shim's `ROUTES_KEY`)
+/// land in [`RawShim::other`], and `Config::from_raw` refuses any other
+/// key there as serde would, naming it.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawShim {
     pub enabled: Option<bool>,
     pub listen: Option<String>,
@@ -136,6 +140,22 @@ pub struct RawShim {
     pub codec: Option<String>,
     pub codec_command: Option<Vec<String>>,
     pub routes: Option<Vec<RawRoute>>,
+    /// Every other key, read where the registry says what it is.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, toml::Value>,
+}
+
+impl RawShim {
+    /// The keys the struct itself takes, for an unknown key's error.
+    pub const FIELDS: [&'static str; 7] = [
+        "enabled",
+        "listen",
+        "allow_remote",
+        "compressor",
+        "codec",
+        "codec_command",
+        "routes",
+    ];
 }
 
 /// `[[shims.NAME.routes]]`.

@@ -458,3 +458,71 @@ fn ca_names_default_to_the_providers_and_bad_ones_name_their_key() {
     let e = err("[ca]\nname = [\"qoder.sh\"]\n");
     assert!(e.contains("unknown field `name`"), "{e}");
 }
+
+#[test]
+fn the_model_server_wire_rides_on_qoder_with_its_default_routes() {
+    let c = Config::from_toml("").unwrap();
+    let m = c.shim("qoderModel").unwrap();
+    let names: Vec<_> = m
+        .routes
+        .iter()
+        .map(|r| (r.name.as_str(), r.url.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("qoder-model-intl", "https://api2-v2.qoder.sh"),
+            ("qoder-model-cn", "https://gateway.qoder.com.cn")
+        ]
+    );
+    assert_eq!(m.listen, c.shim("qoder").unwrap().listen);
+    let c = Config::from_toml(
+        "[shims.qoder]\nlisten = \"127.0.0.1:47101\"\nenabled = false\ncompressor = \"http://127.0.0.1:9\"\n\
+         [[shims.qoder.model_routes]]\nname = \"mine\"\nurl = \"https://models.example\"\nmax_concurrency = 2\n",
+    )
+    .unwrap();
+    let m = c.shim("qoderModel").unwrap();
+    assert_eq!(m.routes.len(), 1);
+    assert_eq!(m.routes[0].max_concurrency, 2);
+    assert_eq!(
+        m.listen.to_string(),
+        "127.0.0.1:47101",
+        "the host's listener"
+    );
+    assert!(!m.enabled, "the host's switch");
+    assert_eq!(c.compressor_for("qoderModel"), Some("http://127.0.0.1:9"));
+    assert!(
+        c.shim("qoder").unwrap().routes.is_empty(),
+        "the legacy wire's own"
+    );
+}
+
+#[test]
+fn model_routes_errors_name_their_key_path() {
+    let e = err("[[shims.qoder.model_routes]]\nname = \"a\"\nurl = \"/x\"\n");
+    assert!(e.starts_with("shims.qoder.model_routes[0].url:"), "{e}");
+    let e = err("[[shims.qoder.model_routes]]\nname = \"a\"\nurl = \"http://a\"\n[[shims.qoder.model_routes]]\nname = \"a\"\nurl = \"http://b\"\n");
+    assert!(e.starts_with("shims.qoder.model_routes[1].name:"), "{e}");
+    let e = err("[[shims.qoder.model_routes]]\nname = \"a\"\nurl = \"http://a\"\nnmae = 1\n");
+    assert!(
+        e.starts_with("shims.qoder.model_routes[0].nmae: unknown field `nmae`"),
+        "{e}"
+    );
+    let e = err("[shims.qoder]\nmodel_routes = []\n");
+    assert!(e.starts_with("shims.qoder.model_routes: is empty"), "{e}");
+    let e = err("[shims.qoder]\nmodel_route = []\n");
+    assert!(
+        e.starts_with("shims.qoder.model_route: unknown field `model_route`"),
+        "{e}"
+    );
+    assert!(e.contains("`model_routes`"), "{e}");
+    let e = err("[shims.trae]\nmodel_routes = []\n");
+    assert!(
+        e.starts_with("shims.trae.model_routes: unknown field"),
+        "{e}"
+    );
+    let e = err("[shims.qoderModel]\nenabled = true\n");
+    assert!(e.contains("unknown shim \"qoderModel\""), "{e}");
+    let e = err("[shims.qoder]\nlisten = 5\n");
+    assert!(e.starts_with("shims.qoder.listen:"), "{e}");
+}

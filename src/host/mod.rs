@@ -86,6 +86,12 @@ pub fn all() -> Shims {
         fn shim<S: Shim + Default>(&mut self) {
             let upstream: Box<dyn Upstreaming> = if S::CODEC {
                 Box::new(codec::ConfiguredCodec::new(S::NAME))
+            } else if let Some(header) = S::ATTEMPT_ID_HEADER {
+                let shim = S::default();
+                Box::new(codec::FreshIds::new(
+                    header,
+                    Arc::new(move |body: &[u8], id: &str| shim.stamp_attempt(body, id)),
+                ))
             } else {
                 Box::new(codec::DirectJson)
             };

@@ -61,9 +61,13 @@ pub fn handle(
         };
     }
     let path_and_query = req.uri().path_and_query().map_or(path, |p| p.as_str());
-    if let Some(h) = shims.get(shim) {
-        if h.is_inference(req.method().as_str(), path_and_query) {
-            return h.ingress(app, req);
+    // The listener's shim and the shims that ride on it (qoder's
+    // model-server wire on the qoder listener).
+    for served in crate::registry::served_by(shim) {
+        if let Some(h) = shims.get(served.name) {
+            if h.is_inference(req.method().as_str(), path_and_query) {
+                return h.ingress(app, req);
+            }
         }
     }
     Box::pin(forward(app, shim, req))

@@ -52,7 +52,8 @@ pub struct Running {
 }
 
 impl Running {
-    /// The bound address of a shim's listener (`None` if it did not start).
+    /// The bound address of a shim's listener (`None` if it did not start,
+    /// or the shim rides on another's).
     pub fn addr(&self, shim: &str) -> Option<SocketAddr> {
         self.addrs.get(shim).copied()
     }
@@ -107,14 +108,18 @@ pub async fn start(config: Config) -> Running {
     // The CA, if one is there: its fingerprint in the log, and a warning
     // when it no longer matches `[ca] names` or ends soon.
     app.tls.at_start();
-    for shim in config.shims.iter().filter(|s| s.enabled) {
+    // A shim that rides on another (qoder's model-server wire) is served
+    // by its host's listener.
+    let listens = |name: &str| crate::registry::find(name).is_none_or(|f| f.listens());
+    for shim in config.shims.iter().filter(|s| s.enabled && listens(s.name)) {
         let name = shim.name;
-        let stats = app.shim_stats(name);
         match bind(shim.listen) {
             Ok(listener) => {
                 let addr = listener.local_addr().unwrap_or(shim.listen);
-                stats.listening(addr);
                 addrs.insert(name, addr);
+                for served in crate::registry::served_by(name) {
+                    app.shim_stats(served.name).listening(addr);
+                }
                 info!(shim = name, %addr, "listening");
                 if shim.routes.is_empty() {
                     info!(shim = name, "no routes are configured: calls this shim must send upstream get 502 NO_ROUTES");
@@ -137,7 +142,9 @@ pub async fn start(config: Config) -> Running {
             Err(e) => {
                 let message = format!("cannot listen on {}: {e}", shim.listen);
                 error!(shim = name, "{message}");
-                stats.start_failed(message);
+                for served in crate::registry::served_by(name) {
+                    app.shim_stats(served.name).start_failed(message.clone());
+                }
             }
         }
     }

@@ -16,6 +16,8 @@ use crate::support::qoder::{
 use crate::support::upstream::{Recorded, Reply, Upstream};
 use crate::support::{eventually, Gate};
 
+mod model_server;
+
 fn routes(ups: &[&Upstream]) -> String {
     let mut t =
         String::from("[retry]\ninitial_delay_ms = 10\nmax_delay_ms = 1000\njitter_ratio = 0\n");

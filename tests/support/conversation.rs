@@ -64,7 +64,7 @@ impl Conversation {
     fn push(&mut self, role: &str, text: &str) {
         self.messages.push(match self.wire {
             Wire::Trae => trae::text(role, text),
-            Wire::Qoder | Wire::OpenAi => json!({"role": role, "content": text}),
+            Wire::Qoder | Wire::QoderModel | Wire::OpenAi => json!({"role": role, "content": text}),
         });
     }
 
@@ -95,7 +95,7 @@ impl Conversation {
             Wire::Trae => self
                 .messages
                 .extend(trae::tool_turn(&id, tool, "{}", output)),
-            Wire::Qoder | Wire::OpenAi => self.messages.extend([
+            Wire::Qoder | Wire::QoderModel | Wire::OpenAi => self.messages.extend([
                 json!({"role": "assistant", "content": "", "tool_calls": [{"id": id, "type": "function", "function": {"name": tool, "arguments": "{}"}}]}),
                 json!({"role": "tool", "tool_call_id": id, "content": output}),
             ]),
@@ -108,6 +108,7 @@ impl Conversation {
         let turn = match self.wire {
             Wire::Trae => self.trae_turn(base, sent_chars).await,
             Wire::Qoder => self.qoder_turn(base, sent_chars).await,
+            Wire::QoderModel => self.model_server_turn(base, sent_chars).await,
             Wire::OpenAi => panic!("the agent speaks a provider wire"),
         };
         if turn.error.is_none() {
@@ -204,6 +205,47 @@ impl Conversation {
             status: resp.status,
             text,
             error: errors.into_iter().next(),
+            problems,
+        }
+    }
+}
+
+impl Conversation {
+    /// A turn as the Qoder CLI sends it on the model-server wire (its body,
+    /// a fresh `X-Request-ID`, the Bearer token), read as the CLI reads it.
+    async fn model_server_turn(&self, base: &str, sent_chars: usize) -> Turn {
+        use shimgate_testkit::qoder_model as qm;
+        let id = qm::request_id();
+        let body = serde_json::to_vec(&qm::request(&self.messages, &id, &self.session)).unwrap();
+        let sent_bytes = body.len();
+        let headers = qm::headers(&self.credential, &id, &self.session);
+        let pairs: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let resp = client::send(Method::POST, &format!("{base}{}", qm::PATH), &pairs, body).await;
+        let read = qm::read_answer(&resp.body);
+        let mut problems = Vec::new();
+        if resp.status.is_success() && read.error.is_none() && (!read.done || read.finish.is_none())
+        {
+            problems.push(format!("no finish or no [DONE]: {}", resp.text()));
+        }
+        if let Some(bad) = &read.unparsable {
+            problems.push(format!("a data line the CLI cannot parse: {bad}"));
+        }
+        let error = match (&read.error, resp.status.is_success()) {
+            (Some(e), _) => Some(e.clone()),
+            (None, false) => {
+                Some(json!({"kind": "http", "status": resp.status.as_u16(), "body": resp.text()}))
+            }
+            (None, true) => None,
+        };
+        Turn {
+            sent_chars,
+            sent_bytes,
+            status: resp.status,
+            text: read.text,
+            error,
             problems,
         }
     }

@@ -25,6 +25,8 @@ use super::upstream::{Recorded, Reply, Upstream};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wire {
     Qoder,
+    /// qoder's model server (`POST /model/v1/chat/completions`).
+    QoderModel,
     Trae,
     OpenAi,
 }
@@ -69,6 +71,8 @@ type Cache = Arc<Mutex<Vec<String>>>;
 struct SeenIds {
     ask: HashSet<String>,
     payload: HashSet<String>,
+    /// The model server's `X-Request-ID`s.
+    header: HashSet<String>,
 }
 
 /// The window the model names when it refuses a request as too long.
@@ -88,6 +92,21 @@ impl Model {
         let cache: Cache = Arc::default();
         let (s, o, q) = (seen.clone(), overflow.clone(), scripted.clone());
         let upstream = Upstream::start(move |r, n| {
+            if wire == Wire::QoderModel {
+                if let Err(refusal) = model_server_checks(r, &ids) {
+                    s.lock().unwrap().push(Seen {
+                        chars: 0,
+                        messages: 0,
+                        prompt_tokens: 0,
+                        cached_tokens: 0,
+                        first: String::new(),
+                        compressed: false,
+                        overflowed: false,
+                        problems: vec![format!("refused: {}", refusal.0)],
+                    });
+                    return refusal.1;
+                }
+            }
             let body = match qoder_checks(wire, r, &ids) {
                 Ok(body) => body,
                 Err(refusal) => {
@@ -241,6 +260,43 @@ fn cached_tokens(messages: &[Value], cache: &Mutex<Vec<String>>) -> u64 {
     (chars / 4) as u64
 }
 
+/// What qoder's model server checks before it answers, as the real one
+/// would: a Bearer token (`401` otherwise), an `X-Request-ID` it has not
+/// seen (a reuse is answered with the duplicate-request envelope), an
+/// OpenAI chat body with `metadata.context` (`400` otherwise). The
+/// refusal's reason and answer.
+fn model_server_checks(r: &Recorded, ids: &Mutex<SeenIds>) -> Result<(), (String, Reply)> {
+    use shimgate_testkit::qoder_model as qm;
+    let token = r
+        .header("authorization")
+        .and_then(|a| a.strip_prefix("Bearer "))
+        .filter(|t| !t.trim().is_empty());
+    if token.is_none() {
+        let body = json!({"code": "105", "message": "login expired: no bearer token"}).to_string();
+        return Err(("no Bearer token".into(), Reply::json(401, &body)));
+    }
+    let Some(id) = r.header("x-request-id").filter(|i| !i.is_empty()) else {
+        let body = json!({"code": "400", "message": "X-Request-ID is required"}).to_string();
+        return Err(("no X-Request-ID".into(), Reply::json(400, &body)));
+    };
+    if !ids.lock().unwrap().header.insert(id.to_owned()) {
+        let why = format!("X-Request-ID {id} was used before");
+        return Err((
+            why,
+            Reply::sse().chunk(qm::data(&qm::duplicate_data())).end(),
+        ));
+    }
+    let body: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+    if !body["messages"].is_array() || !body["metadata"]["context"].is_object() {
+        let msg = json!({"code": "400", "message": "not a chat body with metadata"}).to_string();
+        return Err((
+            "not a chat body with metadata".into(),
+            Reply::json(400, &msg),
+        ));
+    }
+    Ok(())
+}
+
 fn answer(
     wire: Wire,
     r: &Recorded,
@@ -301,6 +357,20 @@ fn problems(wire: Wire, r: &Recorded, b: &Value) -> Vec<String> {
             }
             if !b["tools"].is_array() {
                 bad.push("the ask has no tools".into());
+            }
+            bad
+        }
+        Wire::QoderModel => {
+            let mut bad = Vec::new();
+            let header = r.header("x-request-id").unwrap_or_default();
+            if b["metadata"]["context"]["request_id"] != json!(header) {
+                bad.push(format!(
+                    "metadata.context.request_id {} is not the X-Request-ID {header}",
+                    b["metadata"]["context"]["request_id"]
+                ));
+            }
+            if !b["metadata"]["business"].is_object() || !b["tools"].is_array() {
+                bad.push("the body lost metadata.business or tools".into());
             }
             bad
         }
@@ -410,7 +480,7 @@ fn text(wire: Wire, text: &str, c: Counted) -> Reply {
                 .hold()
         }
         Wire::Trae => super::trae::reply(&super::trae::answer(text, None, c.prompt)),
-        Wire::OpenAi => openai_sse(&[json!({"content": text})], "stop", c),
+        Wire::OpenAi | Wire::QoderModel => openai_sse(&[json!({"content": text})], "stop", c),
     }
 }
 
@@ -438,7 +508,7 @@ fn tool_call(wire: Wire, id: &str, name: &str, args: &str, c: Counted) -> Reply 
                 .chunk(qoder::envelope("[DONE]"))
                 .hold()
         }
-        Wire::OpenAi => openai_sse(
+        Wire::OpenAi | Wire::QoderModel => openai_sse(
             &[
                 json!({"tool_calls": [{"index": 0, "id": id, "type": "function", "function": {"name": name, "arguments": args}}]}),
             ],
@@ -464,7 +534,7 @@ fn too_long(wire: Wire, prompt_tokens: u64, words: Option<String>) -> Reply {
                 &json!({"code": "400", "message": message}).to_string(),
             ))
             .end(),
-        Wire::OpenAi => Reply::json(
+        Wire::OpenAi | Wire::QoderModel => Reply::json(
             400,
             &json!({"error": {"message": message, "code": "context_length_exceeded"}}).to_string(),
         ),

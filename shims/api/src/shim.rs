@@ -59,6 +59,44 @@ pub trait Shim: Send + Sync + 'static {
     /// (`returnLeg.<key>`). Default: `agentFrames`.
     const AGENT_FRAMES_KEY: &'static str = "agentFrames";
 
+    /// The shim whose listener serves this one and whose `[shims.HOST]`
+    /// section holds its settings, for a second wire of one provider
+    /// (qoder's model server rides on `qoder`: the same port, the same
+    /// `enabled`, `listen` and `compressor`). It has no listener and no
+    /// section of its own; everything else (its return legs, chain,
+    /// counters, `/status` section, metric labels) is its own, under
+    /// [`Shim::NAME`]. Default: `None`, a listener and section of its own.
+    const RIDES_ON: Option<&'static str> = None;
+
+    /// The key of its routes in its config section: `routes`
+    /// (`[[shims.NAME.routes]]`), or for a shim that rides on another a key
+    /// of the host's section (`[[shims.qoder.model_routes]]`).
+    const ROUTES_KEY: &'static str = "routes";
+
+    /// The routes it uses when the config names none, as `(name, base
+    /// URL)` (the provider's own public hosts). Default: none (a call then
+    /// answers `502 NO_ROUTES`).
+    const DEFAULT_ROUTES: &'static [(&'static str, &'static str)] = &[];
+
+    /// The request header that names one upstream attempt, for a provider
+    /// that refuses a request id it has seen before (qoder's model server:
+    /// `x-request-id`, a reuse is `103 Duplicate request`). Every attempt
+    /// (the first, each retry and switch, and each of a proxy's own
+    /// re-sends) then gets a fresh random id in this header, and the body
+    /// gets it too through [`Shim::stamp_attempt`]. Lowercase. Default:
+    /// `None`, the request goes up as it is.
+    const ATTEMPT_ID_HEADER: Option<&'static str> = None;
+
+    /// The body of one upstream attempt whose id is `id` (the wire's own
+    /// copy of the request id in the body, kept equal to the header's), or
+    /// `None` to send `body` as it is (it holds no such copy, or is not
+    /// JSON the shim can stamp). Called for every attempt when
+    /// [`Shim::ATTEMPT_ID_HEADER`] is set. Default: `None`.
+    fn stamp_attempt(&self, body: &[u8], id: &str) -> Option<Vec<u8>> {
+        let _ = (body, id);
+        None
+    }
+
     /// [`Shim::NAME`], for callers holding a value.
     fn name(&self) -> &'static str {
         Self::NAME

@@ -5,6 +5,12 @@
 //! qoder nests errors as JSON strings inside `message` (the 10605 queue
 //! throttle is three levels deep), and the outer levels only say "403", so
 //! the innermost business code decides. Errors are rare: this path may parse.
+//!
+//! The rules follow the Qoder CLI's own reading (one parser for its legacy
+//! and model-server transports): `105` is an expired login and so is a
+//! body with no code that says "login expired" or "login timeout"; `10605`
+//! or any level with `isQueued: true` is the model queue, whose wait is
+//! `retryAfterSeconds` (else `waitTime`, seconds too).
 
 use std::time::Duration;
 
@@ -23,6 +29,12 @@ pub const CODE_DAILY_LIMIT: &str = "110";
 pub const CODE_QUEUE_THROTTLE: &str = "10605";
 /// Business code of a refused signature.
 pub const CODE_BAD_SIGNATURE: &str = "101";
+/// Business code of an expired login (the CLI reads it as HTTP 401).
+pub const CODE_LOGIN_EXPIRED: &str = "105";
+
+/// Words of an expired login in a body with no business code, as the CLI
+/// matches them (lowercase).
+const LOGIN_EXPIRED_WORDS: [&str; 2] = ["login expired", "login timeout"];
 
 /// An upstream error reduced to what the agent and the chain need.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,7 +53,8 @@ pub fn upstream_error(status: Option<u16>, body: &[u8]) -> UpstreamError {
     let mut found = Found::default();
     match serde_json::from_slice::<Value>(body) {
         Ok(value) => found.walk(&value),
-        Err(_) => found.message = String::from_utf8_lossy(body).trim().to_owned(),
+        // Plain text: its words classify it too.
+        Err(_) => found.set_message(String::from_utf8_lossy(body).trim()),
     }
     found.finish(status)
 }
@@ -74,6 +87,8 @@ struct Found {
     /// Every message on the way, for the keyword classifiers.
     all_text: String,
     retry_after: Option<Duration>,
+    /// A level said `isQueued: true` (the model queue, whatever the code).
+    queued: bool,
 }
 
 impl Found {
@@ -122,11 +137,17 @@ impl Found {
     }
 
     fn note_retry_after(&mut self, map: &Map<String, Value>) {
+        self.queued |= map.get("isQueued") == Some(&Value::Bool(true));
         let seconds = map.get("retryAfterSeconds").and_then(number);
         let millis = map.get("retryAfterMs").and_then(number);
-        let wait = match (seconds, millis) {
-            (Some(s), _) => Duration::try_from_secs_f64(s).ok(),
-            (None, Some(ms)) => Duration::try_from_secs_f64(ms / 1000.0).ok(),
+        // The queue's estimate, in seconds, when it states no wait.
+        let queue_wait = map.get("waitTime").and_then(number);
+        let wait = match (seconds, millis, queue_wait) {
+            (Some(s), _, _) => Duration::try_from_secs_f64(s).ok(),
+            (None, Some(ms), _) => Duration::try_from_secs_f64(ms / 1000.0).ok(),
+            (None, None, Some(s)) if self.retry_after.is_none() => {
+                Duration::try_from_secs_f64(s).ok()
+            }
             _ => None,
         };
         if wait.is_some() {
@@ -145,7 +166,11 @@ impl Found {
         } else {
             self.message.clone()
         };
-        let class = classify(status, self.code.as_deref(), &self.all_text);
+        let class = if self.queued {
+            FailureCode::RateLimit
+        } else {
+            classify(status, self.code.as_deref(), &self.all_text)
+        };
         let mut failure = Failure::new(class, format!("qoder {code}: {message}"));
         failure.status = status;
         failure.upstream_code = self.code;
@@ -165,7 +190,7 @@ pub fn code_class(code: &str) -> Option<FailureCode> {
         CODE_DUPLICATE => FailureCode::Duplicate,
         CODE_DAILY_LIMIT => FailureCode::Quota,
         CODE_QUEUE_THROTTLE => FailureCode::RateLimit,
-        CODE_BAD_SIGNATURE => FailureCode::Auth,
+        CODE_BAD_SIGNATURE | CODE_LOGIN_EXPIRED => FailureCode::Auth,
         _ => return None,
     })
 }
@@ -187,6 +212,12 @@ pub fn http_error(status: u16, body: &[u8]) -> Option<Failure> {
 fn classify(status: Option<u16>, code: Option<&str>, text: &str) -> FailureCode {
     if let Some(class) = code.and_then(code_class) {
         return class;
+    }
+    if code.is_none() {
+        let lower = text.to_ascii_lowercase();
+        if LOGIN_EXPIRED_WORDS.iter().any(|w| lower.contains(w)) {
+            return FailureCode::Auth;
+        }
     }
     let code_status = code
         .and_then(|c| c.parse::<u16>().ok())
@@ -296,6 +327,45 @@ mod tests {
         );
         assert_eq!(e.code, "context_length_exceeded");
         assert_eq!(e.failure.code, FailureCode::ContextWindowExceeded);
+    }
+
+    #[test]
+    fn an_expired_login_is_auth_by_code_or_by_the_cli_s_words() {
+        let e = upstream_error(Some(401), br#"{"code":"105","message":"token invalid"}"#);
+        assert_eq!(e.failure.code, FailureCode::Auth);
+        let e = upstream_error(Some(500), b"Login expired, please sign in again");
+        assert_eq!(e.failure.code, FailureCode::Auth);
+        let e = upstream_error(None, br#"{"message":"login timeout"}"#);
+        assert_eq!(e.failure.code, FailureCode::Auth);
+        let coded = upstream_error(Some(500), br#"{"code":"E9","message":"login expired"}"#);
+        assert_eq!(
+            coded.failure.code,
+            FailureCode::Server,
+            "a code wins over words"
+        );
+        assert_eq!(
+            http_error(403, br#"{"code":"105","message":"x"}"#).map(|f| f.code),
+            Some(FailureCode::Auth)
+        );
+    }
+
+    #[test]
+    fn a_queued_answer_is_a_rate_limit_with_the_queue_s_wait() {
+        let e = upstream_error(
+            Some(200),
+            br#"{"code":"4290","message":"{\"isQueued\":true,\"waitTime\":12}"}"#,
+        );
+        assert_eq!(e.failure.code, FailureCode::RateLimit);
+        assert_eq!(e.failure.retry_after, Some(Duration::from_secs(12)));
+        let e = upstream_error(
+            None,
+            br#"{"queue":{"isQueued":true,"retryAfterSeconds":5,"waitTime":40}}"#,
+        );
+        assert_eq!(
+            e.failure.code,
+            FailureCode::Server,
+            "only the levels walked count"
+        );
     }
 
     #[test]

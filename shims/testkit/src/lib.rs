@@ -10,6 +10,9 @@
 //! - [`qoder`]: the plaintext ask an agent sends, the envelope, error
 //!   envelope and heartbeat frames and whole answers an upstream streams,
 //!   and what an agent reads from the bare frames it gets back.
+//! - [`qoder_model`]: qoder's model-server wire: the CLI's request and
+//!   headers, plain, enveloped and sentinel answers, error envelopes, and
+//!   the CLI's reading of an answer.
 //! - [`trae`]: the SOLO body, text and tool turns, SOLO events and whole
 //!   answers, what a real upstream refuses in a body; with `dev`, the
 //!   digest of a SOLO stream and its comparison, both legs over whole
@@ -28,6 +31,8 @@ pub mod check;
 pub mod openai;
 #[cfg(feature = "wire")]
 pub mod qoder;
+#[cfg(feature = "wire")]
+pub mod qoder_model;
 #[cfg(feature = "wire")]
 pub mod trae;
 #[cfg(feature = "dev")]

@@ -4,14 +4,16 @@
 //! `exec`: a co-process; `cosy`: qoder's body encoding and the COSY
 //! signature, re-made by the published rule — what a request that arrived
 //! encoded always gets). Every attempt after the first carries a fresh ask
-//! `request_id`: qoder refuses a reused one with 103.
+//! `request_id`: qoder refuses a reused one with 103. A wire that names its
+//! request-id header (qoder's model server, `X-Request-ID`) gets a fresh
+//! one on every attempt ([`FreshIds`]).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use http::header::{self, HeaderValue};
+use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, Request};
 use serde_json::{json, Value};
 use shimgate_shim_api::{Failure, FailureCode};
@@ -82,6 +84,80 @@ impl Upstreaming for DirectJson {
 
     fn status(&self, _: &Config) -> Value {
         Value::Null
+    }
+}
+
+/// How a shim writes an attempt's id into its body (`Shim::stamp_attempt`):
+/// the body with `id`, or `None` to send it as it is.
+pub type Stamp = Arc<dyn Fn(&[u8], &str) -> Option<Vec<u8>> + Send + Sync>;
+
+/// A wire whose provider refuses a request id it has seen
+/// (`Shim::ATTEMPT_ID_HEADER`, qoder's model server): the body with the
+/// agent's headers, and for every attempt a fresh random id in that header
+/// and, through the shim, in the body. The agent's own id is never sent:
+/// a compression proxy re-sends one request several times in its own tool
+/// loop, and each of those, like each retry and switch, is a new request
+/// to the provider.
+pub struct FreshIds {
+    header: HeaderName,
+    stamp: Stamp,
+}
+
+impl FreshIds {
+    /// Fresh ids in `header` (lowercase), stamped into bodies by `stamp`.
+    pub fn new(header: &'static str, stamp: Stamp) -> Self {
+        FreshIds {
+            header: HeaderName::from_static(header),
+            stamp,
+        }
+    }
+}
+
+impl Upstreaming for FreshIds {
+    fn outbound(
+        &self,
+        _: &Config,
+        native: Bytes,
+        path_and_query: &str,
+        agent: &HeaderMap,
+        _encoded: bool,
+    ) -> Arc<dyn Outbound> {
+        Arc::new(FreshIdOutbound {
+            post: json_post(native, path_and_query, agent),
+            header: self.header.clone(),
+            stamp: self.stamp.clone(),
+        })
+    }
+
+    /// Only the id changes: a body the shim cannot stamp goes as it came.
+    fn sends_as_is(&self, _: &Config, _encoded: bool) -> bool {
+        true
+    }
+
+    fn status(&self, _: &Config) -> Value {
+        Value::Null
+    }
+}
+
+/// One request, sent with a fresh id each attempt.
+struct FreshIdOutbound {
+    post: FixedOutbound,
+    header: HeaderName,
+    stamp: Stamp,
+}
+
+impl Outbound for FreshIdOutbound {
+    fn request<'a>(&'a self, route: &'a Route) -> OutboundFuture<'a> {
+        Box::pin(async move {
+            let id = uuid::Uuid::new_v4().hyphenated().to_string();
+            let body = (self.stamp)(&self.post.body, &id)
+                .map_or_else(|| self.post.body.clone(), Bytes::from);
+            let mut headers = self.post.headers.clone();
+            if let Ok(v) = HeaderValue::from_str(&id) {
+                headers.insert(self.header.clone(), v);
+            }
+            post(route, &self.post.path_and_query, headers, body)
+        })
     }
 }
 
@@ -331,6 +407,57 @@ mod tests {
             "[shims.qoder]\n{codec}\n[[shims.qoder.routes]]\nname = \"q\"\nurl = \"http://127.0.0.1:1\"\n"
         ))
         .unwrap()
+    }
+
+    #[tokio::test]
+    async fn every_attempt_of_a_fresh_id_wire_has_its_own_id_in_header_and_body() {
+        use shimgate_shim_api::Shim as _;
+        let shim = shimgate_shim_qoder_model::QoderModelShim;
+        let fresh = FreshIds::new(
+            "x-request-id",
+            Arc::new(move |b: &[u8], id: &str| shim.stamp_attempt(b, id)),
+        );
+        let mut agent = HeaderMap::new();
+        agent.insert("x-request-id", HeaderValue::from_static("agent-1"));
+        agent.insert("authorization", HeaderValue::from_static("Bearer tok"));
+        let body = Bytes::from_static(
+            br#"{"messages":[],"metadata":{"context":{"request_id":"agent-1"}}}"#,
+        );
+        let config = config("");
+        let out = fresh.outbound(&config, body, "/model/v1/chat/completions", &agent, false);
+        let route = config.shim("qoder").unwrap().routes[0].clone();
+        let mut ids = Vec::new();
+        for _ in 0..3 {
+            let req = out.request(&route).await.unwrap();
+            let id = req.headers()["x-request-id"].to_str().unwrap().to_owned();
+            let v: Value = serde_json::from_slice(req.body()).unwrap();
+            assert_eq!(v["metadata"]["context"]["request_id"], id.as_str());
+            assert_eq!(
+                req.headers()["authorization"],
+                "Bearer tok",
+                "passed on untouched"
+            );
+            assert_eq!(req.uri().path(), "/model/v1/chat/completions");
+            ids.push(id);
+        }
+        assert!(!ids.contains(&"agent-1".to_owned()));
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), 3, "a fresh id every attempt");
+        let plain = fresh.outbound(
+            &config,
+            Bytes::from_static(b"not json"),
+            "/x",
+            &agent,
+            false,
+        );
+        let req = plain.request(&route).await.unwrap();
+        assert_eq!(
+            &req.body()[..],
+            b"not json",
+            "a body it cannot stamp goes as it came"
+        );
+        assert_ne!(req.headers()["x-request-id"], "agent-1");
     }
 
     #[test]
