@@ -20,5 +20,6 @@ pub mod config;
 pub mod demo;
 pub mod host;
 pub mod http;
+pub mod os;
 pub mod registry;
 pub mod server;
