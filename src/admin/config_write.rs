@@ -17,7 +17,7 @@ use hyper::body::Incoming;
 use serde_json::{json, Value};
 
 use crate::app::App;
-use crate::chain::decide::Now;
+use crate::clock::Now;
 use crate::config::edit::{self, EditError};
 use crate::config::{Config, OrderingMode};
 use crate::http::body::{self, Body, ErrorCode};

@@ -16,7 +16,7 @@ use hyper::body::Incoming;
 use serde_json::{json, Value};
 
 use crate::app::App;
-use crate::chain::decide::Now;
+use crate::clock::Now;
 use crate::config::{Config, ShimConfig};
 use crate::http::body::{self, Body, ErrorCode};
 use crate::http::read::read_body;

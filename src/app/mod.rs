@@ -17,11 +17,11 @@ use std::time::{Instant, SystemTime};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::chain::decide::Now;
 use crate::chain::state::ChainState;
 use crate::chain::ChainCtx;
 use crate::clock::iso8601;
 use crate::config::{Config, ConfigError};
+use crate::clock::Now;
 use crate::http::client::{proxy, HttpClient};
 use crate::registry;
 use identity::ProxyIdentity;

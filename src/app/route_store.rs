@@ -25,9 +25,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::chain::decide::Now;
 use crate::chain::state::{ChainState, RoutesFile};
 use crate::clock::iso8601;
+use crate::clock::Now;
 use crate::config::Config;
 use crate::os;
 

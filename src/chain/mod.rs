@@ -51,11 +51,12 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
+use crate::clock::Now;
 use crate::config::{BreakerPolicy, Config, Ordering, RetryPolicy, Route, Timeouts};
 use crate::http::body::{BoxError, ChannelBody};
 use crate::http::client::HttpClient;
 use crate::http::headers::Secrets;
-use decide::{Decision, Event, Next, Now, Progress, Rules, Stop};
+use decide::{Decision, Event, Next, Progress, Rules, Stop};
 use state::{AttemptEntry, CallRecord, ChainState, Observed, Outcome, RouteReport, Skipped};
 
 /// Makes a fresh translator for each attempt, once its answer head is here.

@@ -190,7 +190,7 @@ pub struct Ordering {
     pub measure_window: Duration,
     /// `zone`: of the quota hour, the route windows and a reset stated as
     /// a wall time (default: the system's).
-    pub zone: crate::chain::rest::Zone,
+    pub zone: crate::clock::Zone,
 }
 
 impl Default for Ordering {
@@ -200,7 +200,7 @@ impl Default for Ordering {
             quota_cooldown: Duration::from_millis(DEFAULT_QUOTA_COOLDOWN_MS),
             quota_cooldown_hour: None,
             measure_window: Duration::from_millis(DEFAULT_MEASURE_WINDOW_MS),
-            zone: crate::chain::rest::Zone::LOCAL,
+            zone: crate::clock::Zone::LOCAL,
         }
     }
 }
@@ -696,7 +696,7 @@ fn apply_ordering(o: raw::RawOrdering, ordering: &mut Ordering) -> Result<(), Co
         ordering.measure_window = positive_ms("ordering.measure_window_ms", ms)?;
     }
     if let Some(name) = o.zone {
-        ordering.zone = crate::chain::rest::Zone::named(&name).ok_or_else(|| {
+        ordering.zone = crate::clock::Zone::named(&name).ok_or_else(|| {
             ConfigError::at(
                 "ordering.zone",
                 format!("{name:?} is not an IANA zone name (e.g. \"Asia/Shanghai\", \"UTC\")"),

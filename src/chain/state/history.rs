@@ -15,9 +15,9 @@ use std::time::{Duration, SystemTime};
 use serde_json::{json, Value};
 use shimgate_shim_api::translate::Meter;
 
-use crate::chain::rest::Zone;
 use crate::chain::window;
 use crate::clock::iso8601;
+use crate::clock::Zone;
 
 /// State changes kept per route.
 pub const CHANGES_PER_ROUTE: usize = 12;

@@ -30,12 +30,12 @@ use tokio::sync::Notify;
 
 use crate::chain::breaker::{self, Breaker, Gate, Verdict};
 use crate::chain::budget::RetryBudget;
-use crate::chain::decide::Now;
 use crate::chain::latency::Latency;
 use crate::chain::rank::{self, BreakerView, Order, Reason, Record, View};
-use crate::chain::rest::Zone;
 use crate::chain::window::{self, Standing};
 use crate::clock::iso8601;
+use crate::clock::Now;
+use crate::clock::Zone;
 use crate::config::{BreakerPolicy, Ordering, OrderingMode, RetryPolicy, Route};
 
 /// Attempts kept in the ring log.

@@ -15,7 +15,7 @@ use shimgate_shim_api::FailureCode;
 
 use super::{ChainState, Cooldown, LastFailure, RouteRuntime};
 use crate::chain::breaker::Breaker;
-use crate::chain::decide::Now;
+use crate::clock::Now;
 use crate::clock::{epoch_ms, iso8601};
 use crate::registry;
 
@@ -261,8 +261,8 @@ fn restore_breaker(b: &BreakerFile, now: Now) -> Breaker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chain::rest::Zone;
     use crate::chain::state::Observed;
+    use crate::clock::Zone;
     use crate::config::{BreakerPolicy, Ordering, Route};
 
     fn route(name: &str) -> Route {
