@@ -24,7 +24,7 @@ mod attempt;
 mod outbound;
 mod response;
 
-pub use attempt::{error_chain, relay, sse_headers, ROUTE_HEADER, SWITCHED_FROM_HEADER};
+pub use attempt::{relay, sse_headers, ROUTE_HEADER, SWITCHED_FROM_HEADER};
 pub use outbound::{FixedOutbound, Outbound, OutboundFuture};
 pub use response::{ChainError, ChainResponse, LastInBand};
 pub mod breaker;
