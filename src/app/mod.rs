@@ -9,6 +9,7 @@ pub mod rid;
 pub mod route_store;
 pub mod secret_file;
 pub mod stats;
+pub mod upstream;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -20,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 use crate::chain::state::ChainState;
 use crate::chain::ChainCtx;
 use crate::clock::iso8601;
-use crate::config::{Config, ConfigError};
 use crate::clock::Now;
+use crate::config::{Config, ConfigError};
 use crate::http::client::{proxy, HttpClient};
 use crate::registry;
 use identity::ProxyIdentity;
@@ -66,8 +67,8 @@ pub struct App {
 impl App {
     /// State for a validated config.
     pub fn new(mut config: Config) -> Arc<App> {
-        config.resolve_proxies(&proxy::Environment::read());
-        let client = config.http_client();
+        upstream::resolve_proxies(&mut config, &proxy::Environment::read());
+        let client = upstream::client(&config);
         let identity = ProxyIdentity::load_or_create(&config.state_dir);
         let chain = Arc::new(ChainState::new());
         let route_file = Arc::new(RouteStore::open(&config, &chain, Now::system()));
@@ -122,8 +123,8 @@ impl App {
     pub fn replace_config(&self, mut config: Config) -> Arc<Config> {
         // The environment's proxy setting is read again: a change takes
         // effect with a reload.
-        config.resolve_proxies(&proxy::Environment::read());
-        let client = config.http_client();
+        upstream::resolve_proxies(&mut config, &proxy::Environment::read());
+        let client = upstream::client(&config);
         let config = Arc::new(config);
         *self.live.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Live {
             config: config.clone(),

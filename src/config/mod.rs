@@ -16,7 +16,7 @@ use std::time::Duration;
 use http::header::{HeaderName, HeaderValue};
 use shimgate_shim_api::FailureCode;
 
-use crate::http::client::proxy::{self, ProxySetting, Via};
+use crate::http::client::proxy::{ProxySetting, Via};
 use crate::registry::{self, Facts};
 pub use paths::{default_state_dir, expand_home};
 use raw::{RawConfig, RawRoute, RawShim};
@@ -961,36 +961,6 @@ fn check_route(path: &str, raw: RawRoute) -> Result<Route, ConfigError> {
 /// A `proxy` key: a proxy URL or `"none"`.
 fn proxy_setting(path: &str, text: &str) -> Result<ProxySetting, ConfigError> {
     ProxySetting::parse(text).map_err(|e| ConfigError::at(path, e))
-}
-
-impl Config {
-    /// The upstream client for this config's timeouts and trust.
-    pub fn http_client(&self) -> crate::http::client::HttpClient {
-        use crate::http::client::{pem_roots, HttpClient, Tls};
-        let extra = match &self.ca_file {
-            // Checked at load; a file gone since is reported, not skipped.
-            Some(path) => match pem_roots(path) {
-                Ok(certs) => certs,
-                Err(e) => {
-                    tracing::warn!(error = %e, "upstream.ca_file cannot be read; its roots are not added");
-                    Vec::new()
-                }
-            },
-            None => Vec::new(),
-        };
-        HttpClient::with_tls(self.timeouts.connect, Tls::for_roots(self.roots, extra))
-    }
-
-    /// Fills each route's [`Via`] from its own `proxy`, `[upstream] proxy`
-    /// and `env` (the environment's or system's setting).
-    pub fn resolve_proxies(&mut self, env: &proxy::Environment) {
-        let upstream = self.upstream_proxy.clone();
-        for shim in &mut self.shims {
-            for r in &mut shim.routes {
-                r.via = proxy::resolve(r.proxy.as_ref(), upstream.as_ref(), env, &r.url);
-            }
-        }
-    }
 }
 
 /// `active_hours = ["22-6", "9-12"]` and `until = "2026-12-31"`.

@@ -418,3 +418,20 @@ fn admin_hosts_and_token_file_load_and_bad_hosts_name_their_index() {
         assert!(e.starts_with("admin.allowed_hosts[1]: "), "{bad}: {e}");
     }
 }
+
+#[test]
+fn the_config_refuses_a_bad_proxy_with_its_key_path() {
+    let toml = "[[shims.qoder.routes]]\nname = \"a\"\nurl = \"https://api2.qoder.sh\"\nproxy = \"ftp://u:pw@h:21\"\n";
+    let e = Config::from_toml(toml).unwrap_err().to_string();
+    assert!(
+        e.starts_with("shims.qoder.routes[0].proxy: unsupported proxy scheme \"ftp\""),
+        "{e}"
+    );
+    let e = Config::from_toml("[upstream]\nproxy = \"http://\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("upstream.proxy: "), "{e}");
+    let ok = "[upstream]\nproxy = \"socks5h://127.0.0.1:7890\"\n";
+    let c = Config::from_toml(ok).unwrap();
+    assert!(matches!(c.upstream_proxy, Some(ProxySetting::Via(_))));
+}
