@@ -1,4 +1,4 @@
-//! Slowloris and idle sockets, bounded in time (DESIGN §7: a client that
+//! Slowloris and idle sockets, bounded in time (`docs/security.md`: a client that
 //! sends its head slowly or idles on a connection is timed out). Against a
 //! `shimgate serve` with small `header_read_timeout_ms` and
 //! `client_idle_timeout_ms`:

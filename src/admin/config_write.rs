@@ -1,4 +1,4 @@
-//! The panel's writes to the config file (DESIGN §9): `POST
+//! The panel's writes to the config file (`docs/panel.md`): `POST
 //! /routes/{shim}/order {"routes": [...]}` (move up/down, adopt the
 //! measured order) and `POST /ordering {"mode": ...}`.
 //!

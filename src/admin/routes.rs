@@ -1,4 +1,4 @@
-//! The route hand controls (DESIGN §5, §8): `POST /routes/reset` clears
+//! The route hand controls (`docs/failover.md`): `POST /routes/reset` clears
 //! every cooldown and breaker; `POST /routes/{shim}/{route}/disable` and
 //! `…/enable` take a route out of every order and put it back; `POST
 //! /routes/{shim}/pin` with `{"route": NAME}` forces the head of the order

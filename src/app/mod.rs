@@ -60,7 +60,7 @@ pub struct App {
     /// The route state file of this config: what the chain learnt, kept
     /// across restarts.
     pub route_file: Arc<RouteStore>,
-    /// The admin surface's token and refusal counts (DESIGN §7).
+    /// The admin surface's token and refusal counts (`docs/security.md`).
     pub admin: admin::AdminState,
 }
 

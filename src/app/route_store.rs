@@ -1,4 +1,4 @@
-//! The route state file in the state dir (DESIGN §5): what the chain learnt
+//! The route state file in the state dir: what the chain learnt
 //! of its routes (counters, last failures, cooldown and breaker deadlines,
 //! pins and disables) outlives a restart, so a quota wall the upstream
 //! named just before a restart is not hit again right after it.

@@ -1,8 +1,8 @@
-//! Start at login, opt-in and reversible (DESIGN §10): one per-user entry
+//! Start at login, opt-in and reversible (`docs/desktops.md`): one per-user entry
 //! that runs `shimgate serve --config FILE`, installed only when asked
 //! (`shimgate autostart enable`) and removed exactly (`disable`): the
-//! most repeated complaint about local daemons is autostart that cannot be
-//! turned off (research/desktop.md §1).
+//! most repeated complaint in the issue trackers of local daemons is an
+//! autostart that cannot be turned off.
 //!
 //! Each OS's entry is a module: a systemd user unit on Linux, a
 //! LaunchAgent plist on macOS, a `HKCU\…\Run` value on Windows. All three

@@ -1,4 +1,4 @@
-//! The failover decision (DESIGN §5): after each try, skip or commit, a
+//! The failover decision (`docs/failover.md`): after each try, skip or commit, a
 //! pure function of what happened, where the call stands, the call's rules
 //! and the clock says retry, switch or stop; the driver in `mod.rs` only
 //! carries the answer out.
@@ -53,7 +53,7 @@ pub struct Progress {
     pub draw: f64,
     /// Whether the request may be sent again after this failure: false
     /// for a pass-through request that is not idempotent (POST, PATCH) and
-    /// may have reached the upstream (DESIGN §5 "Pass-through").
+    /// may have reached the upstream (a pass-through's rule).
     pub may_resend: bool,
     /// The retry budget allows one more in-place retry.
     pub budget_left: bool,

@@ -1,4 +1,4 @@
-//! How long a route rests after a quota failure (DESIGN §5): until the
+//! How long a route rests after a quota failure: until the
 //! reset the upstream states, capped at 26 h (a provider hint of "days"
 //! would keep a recovered route out for days); else
 //! `ordering.quota_cooldown_ms`, and with `ordering.quota_cooldown_hour`

@@ -1,4 +1,4 @@
-//! Route windows (DESIGN §5, seed 003): whether a route may be tried now,
+//! Route windows (`docs/failover.md`): whether a route may be tried now,
 //! by the local hours (`active_hours`) and the last local day (`until`)
 //! the user gave it, and when its next window opens.
 //!

@@ -50,7 +50,7 @@ pub fn log_subscriber(
 }
 
 /// Which config `serve` uses: `--config`, else `./shimgate.toml`, else the
-/// per-user config file, else built-in defaults; with why (DESIGN §10).
+/// per-user config file, else built-in defaults; with why.
 pub fn resolve_config(path: Option<&Path>) -> Result<(Config, String), ConfigError> {
     match path {
         Some(p) => Ok((Config::load(p)?, "--config".to_owned())),

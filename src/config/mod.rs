@@ -122,7 +122,7 @@ impl std::fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// In-place retry policy (DESIGN §5).
+/// In-place retry policy (`[retry]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetryPolicy {
     pub max_retries: u32,
@@ -132,7 +132,7 @@ pub struct RetryPolicy {
     pub retryable: Vec<FailureCode>,
     /// The retry budget: share of the recent calls ...
     pub budget_ratio: f64,
-    /// ... plus retries a second (DESIGN §5).
+    /// ... plus retries a second.
     pub budget_min_per_s: u32,
 }
 
@@ -205,7 +205,7 @@ impl Default for Ordering {
     }
 }
 
-/// `[breaker]` (DESIGN §5): consecutive non-quota failures open a route.
+/// `[breaker]`: consecutive non-quota failures open a route.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BreakerPolicy {
     /// 0 = no breaker.
@@ -265,7 +265,7 @@ impl Default for ClientLimits {
     }
 }
 
-/// `[admin]` (DESIGN §7): the admin surface's trust settings.
+/// `[admin]` (`docs/security.md`): the admin surface's trust settings.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct AdminConfig {
     /// `Host` names (lowercase, optionally with `:port`) the admin surface
@@ -310,7 +310,7 @@ pub struct Route {
     /// The model's context window in tokens, when the user knows it: named
     /// in context-overflow errors so the proxy learns the window.
     pub context_tokens: Option<u64>,
-    /// When it may be tried (`active_hours`, `until`; DESIGN §5).
+    /// When it may be tried (`active_hours`, `until`).
     pub window: Window,
     /// Its own `proxy`, as written (`None`: not set).
     pub proxy: Option<ProxySetting>,
@@ -319,7 +319,7 @@ pub struct Route {
     pub via: Via,
 }
 
-/// A route's window (DESIGN §5 "Route windows"): the local hours it may be
+/// A route's window (`docs/failover.md`, route windows): the local hours it may be
 /// tried and the last local day. Both empty: always.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Window {

@@ -1,5 +1,5 @@
-//! Where shimgate's files live, per user, by each OS's convention (DESIGN
-//! §10 "Desktops"), and how a path is shown. The OS folders come from the
+//! Where shimgate's files live, per user, by each OS's convention
+//! (`docs/desktops.md`), and how a path is shown. The OS folders come from the
 //! `dirs` crate (XDG on Linux, the Standard Directories on macOS, the Known
 //! Folder API on Windows); only `XDG_STATE_HOME` is read here by name, since
 //! it is shimgate's own rule on every OS (tests and power users isolate a

@@ -1,4 +1,4 @@
-//! What the panel shows of a route beyond its counters (DESIGN §9): its
+//! What the panel shows of a route beyond its counters (`docs/panel.md`): its
 //! last state changes with cause and source (cooled, breaker opened /
 //! half-open / closed, disabled / enabled / pinned / restored by hand),
 //! what it did today (failures and tokens since midnight in the

@@ -42,7 +42,7 @@ use crate::config::{BreakerPolicy, Ordering, OrderingMode, RetryPolicy, Route};
 pub const RING_CAPACITY: usize = 200;
 /// Calls kept in the grouped view.
 pub const CALLS_CAPACITY: usize = 50;
-/// Switches kept for `GET /switches` (DESIGN §5).
+/// Switches kept for `GET /switches`.
 pub const SWITCHES_CAPACITY: usize = 500;
 
 /// A call answered by another route than the first one it tried.

@@ -1,5 +1,5 @@
-//! What of the chain's memory outlives a restart (the route state file, DESIGN
-//! §5): per route the counters, the last failure with its class and time,
+//! What of the chain's memory outlives a restart (the route state file,
+//! `docs/failover.md`): per route the counters, the last failure with its class and time,
 //! the cooldown and breaker deadlines as absolute wall times, the disable;
 //! per shim the pin. Latency and ranking samples stay in memory: a stale
 //! window is worse than a short one.

@@ -1,4 +1,4 @@
-//! Upstream proxies (DESIGN §10 "Networks"): which proxy a route's
+//! Upstream proxies (`docs/networks.md`): which proxy a route's
 //! connections go through, and the handshake that opens a tunnel there.
 //!
 //! The handshakes are hyper-util's (`Tunnel` for HTTP CONNECT, `SocksV5`
