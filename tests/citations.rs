@@ -87,7 +87,9 @@ fn foreign_citation(line: &str, pages: &[String], rust: bool) -> Option<String> 
         line
     };
     for name in md_names(prose) {
-        let wanted = name.trim_start_matches(['.', '/']);
+        // `docs/../README.md`, `../README.md`: what follows the last `../`.
+        let wanted = name.rsplit("../").next().unwrap_or(name);
+        let wanted = wanted.trim_start_matches(['.', '/']);
         if !pages
             .iter()
             .any(|p| p == wanted || p.ends_with(&format!("/{wanted}")))
