@@ -425,6 +425,77 @@ async fn sse_answers_stream_frame_by_frame() {
     );
 }
 
+/// A stop signal while a stream is open: the compressor stops accepting,
+/// lets the stream run to its end, then exits 0 (the same event source as
+/// `serve`'s, `os::stop_events`; Windows' console events are tested by
+/// its unit tests and `.ci/windows`).
+#[cfg(unix)]
+#[tokio::test]
+async fn a_stop_signal_lets_a_stream_in_flight_finish() {
+    let (tx, rx) = mpsc::channel::<Bytes>(4);
+    let rx = Arc::new(Mutex::new(Some(rx)));
+    let up = Upstream::start(move |_| {
+        let rx = rx.lock().unwrap().take().expect("one streamed answer");
+        let frames = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv()
+                .await
+                .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+        });
+        let mut r = Response::new(BodyExt::boxed(StreamBody::new(frames)));
+        r.headers_mut()
+            .insert("content-type", "text/event-stream".parse().unwrap());
+        r
+    })
+    .await;
+    let mut bin = Bin::start(&up.url);
+    let first = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n";
+    tx.send(Bytes::from_static(first)).await.unwrap();
+    let resp = open(
+        Method::POST,
+        &format!("{}/qoder/r9/chat/completions", bin.url),
+        &[("content-type", "application/json")],
+        serde_json::to_vec(&chat(1)).unwrap(),
+    )
+    .await;
+    let mut body = resp.into_body();
+    assert_eq!(next(&mut body).await.unwrap(), Bytes::from_static(first));
+
+    let pid = rustix::process::Pid::from_raw(bin.child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    // The listener closes; the open stream does not.
+    let addr = bin.url.trim_start_matches("http://").to_owned();
+    let mut refused = false;
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(&addr).await.is_err() {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(refused, "the compressor still accepts after SIGTERM");
+    assert!(
+        bin.child.try_wait().unwrap().is_none(),
+        "it waits for the stream"
+    );
+    let done = b"data: [DONE]\n\n";
+    tx.send(Bytes::from_static(done)).await.unwrap();
+    assert_eq!(next(&mut body).await.unwrap(), Bytes::from_static(done));
+    drop(tx);
+    assert!(next(&mut body).await.is_none(), "the stream ends whole");
+    let mut status = None;
+    for _ in 0..250 {
+        status = bin.child.try_wait().unwrap();
+        if status.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "exit after the drain: {status:?}"
+    );
+}
+
 /// The next body chunk; a compressor that held chunks back fails here.
 async fn next(body: &mut Incoming) -> Option<Bytes> {
     let frame = tokio::time::timeout(Duration::from_secs(10), body.frame())

@@ -5,6 +5,11 @@
 //! dropped; spaces become `-`; a repeated slug gets `-1`, `-2`, …). Links to
 //! other sites are not fetched. A moved or renamed page or heading fails
 //! here instead of leaving a reader at a dead link.
+//!
+//! The release archives (`.ci/release`) carry README.md, `docs/`, LICENSE
+//! and `shimgate.example.toml` beside the binary: a link in one of those
+//! pages must stay inside that set, or it is dead for a reader of an
+//! unpacked archive.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashMap;
@@ -177,6 +182,63 @@ fn every_relative_link_in_the_docs_resolves() {
         "only {checked} links found: is the parser broken?"
     );
     assert!(problems.is_empty(), "dead links:\n{}", problems.join("\n"));
+}
+
+/// What `.ci/release` packs beside the binary, as paths from the clone
+/// (a folder ends with `/`).
+const PACKED: &[&str] = &["README.md", "LICENSE", "shimgate.example.toml", "docs/"];
+
+#[test]
+fn the_packed_pages_link_only_inside_the_archive() {
+    let script = std::fs::read_to_string(root().join(".ci/release")).unwrap();
+    for packed in PACKED {
+        assert!(
+            script.contains(packed.trim_end_matches('/')),
+            ".ci/release no longer packs {packed}: update PACKED"
+        );
+    }
+    let mut outside = Vec::new();
+    for page in pages().iter().filter(|p| is_packed(p)) {
+        let text = std::fs::read_to_string(root().join(page)).unwrap();
+        for target in links(&text) {
+            let file = target.split('#').next().unwrap_or_default();
+            if target.contains("://") || target.starts_with("mailto:") || file.is_empty() {
+                continue;
+            }
+            let joined = Path::new(page).parent().unwrap().join(file);
+            let resolved = normalised(&joined);
+            if !is_packed(&resolved) {
+                outside.push(format!("{page}: {target} ({resolved} is not packed)"));
+            }
+        }
+    }
+    assert!(
+        outside.is_empty(),
+        "links that leave the release archive:\n{}",
+        outside.join("\n")
+    );
+}
+
+fn is_packed(path: &str) -> bool {
+    PACKED.iter().any(|p| match p.strip_suffix('/') {
+        Some(folder) => path.starts_with(&format!("{folder}/")),
+        None => path == *p,
+    })
+}
+
+/// `docs/../README.md` → `README.md` (no file system asked).
+fn normalised(path: &Path) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for c in path.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                parts.pop();
+            }
+            std::path::Component::Normal(p) => parts.push(p.to_string_lossy().into_owned()),
+            _ => {}
+        }
+    }
+    parts.join("/")
 }
 
 #[test]

@@ -1,4 +1,4 @@
-/* Test scaffolding for Wine 8 only (research/desktop.md §2): Rust's std
+/* Test scaffolding for Wine 8 only (docs/development.md): Rust's std
  * (>= 1.78) imports bcryptprimitives.dll!ProcessPrng, which real Windows 10+
  * and Wine >= 9 have and Wine 8 lacks, so the .exe exits 53 before main.
  * This stub fills it in over RtlGenRandom (advapi32!SystemFunction036) in the

@@ -1,6 +1,6 @@
 //! The fault plan: what can go wrong on one upstream try, how the scripted
 //! upstream plays it on each wire, how shimgate's chain must classify it,
-//! and the chain rules (DESIGN §5) a sequence of tries must obey.
+//! and the chain rules (`docs/failover.md`) a sequence of tries must obey.
 
 use std::time::Duration;
 
@@ -128,7 +128,7 @@ impl Fault {
 /// A pass-through 502's body, which the client must get as it is.
 pub const PASSTHROUGH_502: &str = "{\"message\":\"bad gateway\"}";
 
-/// The rule for a pass-through POST's try (DESIGN §5 "Pass-through"):
+/// The rule for a pass-through POST's try:
 /// whatever came back is the client's, and a POST that got no answer may
 /// have reached the upstream, so nothing is ever sent again.
 pub fn passthrough_next(_fault: Fault) -> Next {

@@ -1,4 +1,4 @@
-//! Slowloris and idle sockets, bounded in time (DESIGN §7: a client that
+//! Slowloris and idle sockets, bounded in time (`docs/security.md`: a client that
 //! sends its head slowly or idles on a connection is timed out). Against a
 //! `shimgate serve` with small `header_read_timeout_ms` and
 //! `client_idle_timeout_ms`:
@@ -267,7 +267,7 @@ async fn keep_alive(addr: SocketAddr, give_up: Duration) -> Fate {
 /// inference checked piece by piece.
 async fn normal(addr: SocketAddr, call: u64) -> Result<(), String> {
     let mut conn = Conn::new(addr);
-    if call % 2 == 0 {
+    if call.is_multiple_of(2) {
         let resp = conn.send(Method::GET, "/status", &[], Bytes::new()).await?;
         let whole = collect(resp, NORMAL_LIMIT).await;
         if whole.status != 200 || whole.broken.is_some() {

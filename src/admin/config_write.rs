@@ -1,16 +1,15 @@
-//! The panel's writes to the config file (DESIGN §9): `POST
+//! The panel's writes to the config file (`docs/panel.md`): `POST
 //! /routes/{shim}/order {"routes": [...]}` (move up/down, adopt the
 //! measured order) and `POST /ordering {"mode": ...}`.
 //!
 //! The file is edited as a document ([`crate::config::edit`]: comments and
 //! layout kept), the result is checked to load, written to a temporary
-//! file beside it (same permissions) and renamed over it, then reloaded as
+//! file beside it (same permissions) and renamed over it
+//! ([`os::replace_atomically`]), then reloaded as
 //! `POST /reload` would. A refusal touches nothing: `400` for a request
 //! that is not a permutation or not a mode, `409` when there is no file
 //! (built-in defaults), it is read-only, or it no longer matches what runs.
 
-use std::io::Write as _;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use http::{Response, StatusCode};
@@ -18,11 +17,12 @@ use hyper::body::Incoming;
 use serde_json::{json, Value};
 
 use crate::app::App;
-use crate::chain::decide::Now;
+use crate::clock::Now;
 use crate::config::edit::{self, EditError};
 use crate::config::{Config, OrderingMode};
 use crate::http::body::{self, Body, ErrorCode};
 use crate::http::read::{read_body, BodyError};
+use crate::os;
 
 /// An order or mode body is a small JSON object.
 const BODY_LIMIT: u64 = 64 * 1024;
@@ -182,8 +182,11 @@ fn write(
     let shown = path.display();
     let text = std::fs::read_to_string(&path)
         .map_err(|e| Refused::conflict(format!("cannot read the config file {shown}: {e}")))?;
-    if let Some(why) = read_only(&path) {
-        return Err(Refused::conflict(why));
+    // The user's choice, even to a process that could write it anyway.
+    if let Some(why) = os::read_only(&path) {
+        return Err(Refused::conflict(format!(
+            "the config file {shown} is read-only ({why}): nothing was written"
+        )));
     }
     let edited = change(&text)?;
     if let Err(e) = Config::from_toml(&edited) {
@@ -192,62 +195,14 @@ fn write(
         )));
     }
     if edited != text {
-        replace(&path, &edited)
+        os::replace_atomically(&path, edited.as_bytes())
             .map_err(|e| Refused::conflict(format!("cannot write the config file {shown}: {e}")))?;
     }
     app.reload().map_err(|e| {
         // Put the user's file back as it was: the edit did not take.
-        let _ = replace(&path, &text);
+        let _ = os::replace_atomically(&path, text.as_bytes());
         Refused::conflict(format!(
             "the written config did not reload ({e}); the file was put back"
         ))
     })
-}
-
-/// Why the file must not be written: its mode says read-only (the
-/// user's choice, even to a root process that could write it).
-fn read_only(path: &Path) -> Option<String> {
-    let meta = std::fs::metadata(path).ok()?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt as _;
-        let mode = meta.permissions().mode();
-        (mode & 0o200 == 0).then(|| {
-            format!(
-                "the config file {} is read-only (mode {:o}): nothing was written",
-                path.display(),
-                mode & 0o777
-            )
-        })
-    }
-    #[cfg(not(unix))]
-    {
-        meta.permissions()
-            .readonly()
-            .then(|| format!("the config file {} is read-only", path.display()))
-    }
-}
-
-/// Writes `text` to a temporary file beside `path` (with its permissions)
-/// and renames it over `path`.
-fn replace(path: &Path, text: &str) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("config");
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        if let Ok(meta) = std::fs::metadata(path) {
-            f.set_permissions(meta.permissions())?;
-        }
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }

@@ -17,9 +17,9 @@ use prometheus_client::registry::Registry;
 use crate::app::ledger::Totals;
 use crate::app::stats::Counter;
 use crate::app::App;
-use crate::chain::decide::Now;
 use crate::chain::latency::Histogram;
 use crate::chain::state::RouteMetrics;
+use crate::clock::Now;
 use crate::host::Shims;
 use crate::registry;
 

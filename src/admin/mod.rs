@@ -1,4 +1,4 @@
-//! The admin surface on every listener (DESIGN §7, §8, §9): `GET /status`,
+//! The admin surface on every listener (`docs/status-and-metrics.md`): `GET /status`,
 //! `GET /metrics`, `GET /switches`, the panel (`GET /ui`, [`ui`]), `POST
 //! /reload`, the route hand controls (`POST /routes/…`, [`routes`]) and
 //! the config writes (`POST /routes/{shim}/order`, `POST /ordering`,

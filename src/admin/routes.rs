@@ -1,4 +1,4 @@
-//! The route hand controls (DESIGN §5, §8): `POST /routes/reset` clears
+//! The route hand controls (`docs/failover.md`): `POST /routes/reset` clears
 //! every cooldown and breaker; `POST /routes/{shim}/{route}/disable` and
 //! `…/enable` take a route out of every order and put it back; `POST
 //! /routes/{shim}/pin` with `{"route": NAME}` forces the head of the order
@@ -16,7 +16,7 @@ use hyper::body::Incoming;
 use serde_json::{json, Value};
 
 use crate::app::App;
-use crate::chain::decide::Now;
+use crate::clock::Now;
 use crate::config::{Config, ShimConfig};
 use crate::http::body::{self, Body, ErrorCode};
 use crate::http::read::read_body;
@@ -178,28 +178,11 @@ fn pin_target(bytes: &[u8]) -> Result<Option<String>, String> {
 }
 
 /// `%XX` escapes decoded (a route name may hold any character); a bad
-/// escape is kept as written.
+/// escape is kept as written, bytes that are not UTF-8 become U+FFFD.
 pub fn percent_decode(segment: &str) -> String {
-    let bytes = segment.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(b)) => {
-                out.push(b);
-                i += 3;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(segment)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 #[cfg(test)]
@@ -255,5 +238,6 @@ mod tests {
         assert_eq!(percent_decode("a%2"), "a%2");
         assert_eq!(percent_decode("%zz"), "%zz");
         assert_eq!(percent_decode("%41"), "A");
+        assert_eq!(percent_decode("%E4%B8%AD%ff"), "中\u{fffd}");
     }
 }

@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use crate::app::App;
-use crate::chain::decide::Now;
+use crate::clock::Now;
 use crate::config::Config;
 use crate::host::Shims;
 use crate::registry;

@@ -1,4 +1,4 @@
-//! Loopback trust (DESIGN §7): which requests may read or steer the admin
+//! Loopback trust (`docs/security.md`): which requests may read or steer the admin
 //! surface. Every web page the user opens can reach a loopback port, so
 //! the rules are checked here, before any admin endpoint runs, and assume
 //! no help from the browser:

@@ -1,4 +1,4 @@
-//! The panel (DESIGN §9): one page on every listener, its HTML, CSS and
+//! The panel (`docs/panel.md`): one page on every listener, its HTML, CSS and
 //! script inside the binary (`ui/`), loading nothing from any other
 //! origin (its Content-Security-Policy says so to the browser too) and
 //! never framed by another page. The script reads `/status` and

@@ -1,4 +1,4 @@
-//! What the admin surface's trust rules (DESIGN §7, `admin::trust`) keep
+//! What the admin surface's trust rules (`admin::trust`, `docs/security.md`) keep
 //! between requests: the token that `allow_remote` listeners require, and
 //! how many requests each rule refused (a page that tried shows in
 //! `/status`).

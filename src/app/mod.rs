@@ -10,6 +10,7 @@ pub mod rid;
 pub mod route_store;
 pub mod secret_file;
 pub mod stats;
+pub mod upstream;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -18,10 +19,10 @@ use std::time::{Instant, SystemTime};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::chain::decide::Now;
 use crate::chain::state::ChainState;
 use crate::chain::ChainCtx;
 use crate::clock::iso8601;
+use crate::clock::Now;
 use crate::config::{Config, ConfigError};
 use crate::http::client::{proxy, HttpClient};
 use crate::registry;
@@ -60,7 +61,7 @@ pub struct App {
     /// The route state file of this config: what the chain learnt, kept
     /// across restarts.
     pub route_file: Arc<RouteStore>,
-    /// The admin surface's token and refusal counts (DESIGN §7).
+    /// The admin surface's token and refusal counts (`docs/security.md`).
     pub admin: admin::AdminState,
     /// What compression saved, in tokens, kept across restarts.
     pub ledger: Arc<ledger::Ledger>,
@@ -72,8 +73,8 @@ pub struct App {
 impl App {
     /// State for a validated config.
     pub fn new(mut config: Config) -> Arc<App> {
-        config.resolve_proxies(&proxy::Environment::read());
-        let client = config.http_client();
+        upstream::resolve_proxies(&mut config, &proxy::Environment::read());
+        let client = upstream::client(&config);
         let identity = ProxyIdentity::load_or_create(&config.state_dir);
         let chain = Arc::new(ChainState::new());
         let route_file = Arc::new(RouteStore::open(&config, &chain, Now::system()));
@@ -132,8 +133,8 @@ impl App {
     pub fn replace_config(&self, mut config: Config) -> Arc<Config> {
         // The environment's proxy setting is read again: a change takes
         // effect with a reload.
-        config.resolve_proxies(&proxy::Environment::read());
-        let client = config.http_client();
+        upstream::resolve_proxies(&mut config, &proxy::Environment::read());
+        let client = upstream::client(&config);
         let config = Arc::new(config);
         *self.live.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Live {
             config: config.clone(),

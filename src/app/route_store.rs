@@ -1,4 +1,4 @@
-//! The route state file in the state dir (DESIGN §5): what the chain learnt
+//! The route state file in the state dir: what the chain learnt
 //! of its routes (counters, last failures, cooldown and breaker deadlines,
 //! pins and disables) outlives a restart, so a quota wall the upstream
 //! named just before a restart is not hit again right after it.
@@ -14,11 +14,10 @@
 //!
 //! Read once at start; a file older than `[state] ttl_ms` is ignored, a
 //! corrupt or unreadable one is a warning, never a failed start. Written
-//! atomically (a temporary file, then a rename) by one task, at most once
-//! a second (a busy gateway changes its counters on every call), and once
-//! more at shutdown. `ttl_ms = 0`: no file is read or written.
+//! whole and for its owner only ([`os::write_owner_only`]) by one task, at
+//! most once a second (a busy gateway changes its counters on every call),
+//! and once more at shutdown. `ttl_ms = 0`: no file is read or written.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -26,10 +25,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::chain::decide::Now;
 use crate::chain::state::{ChainState, RoutesFile};
 use crate::clock::iso8601;
+use crate::clock::Now;
 use crate::config::Config;
+use crate::os;
 
 /// The file's name inside the state dir when shimgate runs on built-in
 /// defaults (no config file).
@@ -156,7 +156,7 @@ impl RouteStore {
             Ok(b) => b,
             Err(e) => return self.wrote(Err(e.to_string()), now.wall),
         };
-        let written = tokio::task::spawn_blocking(move || write_atomically(&path, &bytes))
+        let written = tokio::task::spawn_blocking(move || os::write_owner_only(&path, &bytes))
             .await
             .map_err(|e| e.to_string())
             .and_then(|r| r.map_err(|e| e.to_string()));
@@ -228,22 +228,6 @@ fn read(path: &Path, ttl: Duration, now: SystemTime) -> Result<Loaded, String> {
     Ok(Loaded::Fresh(file))
 }
 
-/// Writes `bytes` to `path` so a reader sees the old file or the new one,
-/// never half of one: a temporary file beside it, synced, then renamed
-/// (the savings file is written the same way).
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let name = path
-        .file_name()
-        .map_or_else(|| ROUTES_FILE.into(), |n| n.to_string_lossy().into_owned());
-    let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,10 +250,11 @@ mod tests {
         assert_eq!(store.status()["atStart"], "absent");
         store.save(&chain).await;
         assert_eq!(store.status()["writes"], 1);
-        assert!(!tmp
-            .path()
-            .join(format!("{ROUTES_FILE}.{}.tmp", std::process::id()))
-            .exists());
+        let names: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [ROUTES_FILE], "no temporary file stays");
         let fresh = ChainState::new();
         let again = RouteStore::open(&config(tmp.path(), 60_000), &fresh, Now::system());
         assert_eq!(again.status()["atStart"], "loaded");

@@ -1,4 +1,4 @@
-//! What each shim counts and reports in `/status` (DESIGN §4): the counters
+//! What each shim counts and reports in `/status`: the counters
 //! as one enum, so `/status`, `/metrics` and the code that bumps them cannot
 //! disagree on a name.
 

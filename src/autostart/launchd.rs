@@ -5,7 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{write_file, Entry, Installed, Launch, MARKER};
+use super::{Entry, Installed, Launch, MARKER};
+use crate::os;
 
 /// The agent's label (and file name without `.plist`).
 pub const LABEL: &str = "dev.shimgate.serve";
@@ -109,7 +110,7 @@ fn program_arguments(text: &str) -> Vec<String> {
 impl Entry for LaunchAgent {
     fn enable(&self, launch: &Launch) -> std::io::Result<String> {
         self.status().refuse_foreign()?;
-        write_file(&self.plist(), &plist_text(launch, &self.home))?;
+        os::replace_atomically(&self.plist(), plist_text(launch, &self.home).as_bytes())?;
         Ok(self.plist().display().to_string())
     }
 

@@ -1,22 +1,23 @@
-//! Start at login, opt-in and reversible (DESIGN §10): one per-user entry
+//! Start at login, opt-in and reversible (`docs/desktops.md`): one per-user entry
 //! that runs `shimgate serve --config FILE`, installed only when asked
 //! (`shimgate autostart enable`) and removed exactly (`disable`): the
-//! most repeated complaint about local daemons is autostart that cannot be
-//! turned off (research/desktop.md §1).
+//! most repeated complaint in the issue trackers of local daemons is an
+//! autostart that cannot be turned off.
 //!
 //! Each OS's entry is a module: a systemd user unit on Linux, a
-//! LaunchAgent plist on macOS, a `HKCU\…\Run` value on Windows. The two
-//! file-based ones are plain files and build everywhere (their content is
-//! tested on every OS); the registry one only on Windows. A per-user
+//! LaunchAgent plist on macOS, a `HKCU\…\Run` value on Windows. All three
+//! build everywhere, so their content is tested on every OS; which one
+//! this OS uses, and the registry itself, are [`crate::os`]'s. A per-user
 //! entry, not a system service: a service cannot see the user's folders or
 //! proxy settings.
 
 pub mod launchd;
-#[cfg(windows)]
 pub mod run_key;
 pub mod systemd;
 
 use std::path::{Path, PathBuf};
+
+use crate::os::{self, LoginEntry};
 
 /// What every entry marks itself with, so `disable` removes only its own.
 pub const MARKER: &str =
@@ -108,20 +109,14 @@ pub trait Entry {
 /// This OS's entry, rooted at the user's folders.
 pub fn for_this_os() -> Result<Box<dyn Entry>, String> {
     let home = dirs::home_dir().ok_or("no home folder known for this user")?;
-    #[cfg(windows)]
-    {
-        let _ = home;
-        Ok(Box::new(run_key::RunKey))
-    }
-    #[cfg(target_os = "macos")]
-    {
-        Ok(Box::new(launchd::LaunchAgent::in_home(&home)))
-    }
-    #[cfg(not(any(windows, target_os = "macos")))]
-    {
-        let config = dirs::config_dir().unwrap_or_else(|| home.join(".config"));
-        Ok(Box::new(systemd::UserUnit::in_config_dir(&config)))
-    }
+    Ok(match os::LOGIN_ENTRY {
+        LoginEntry::RunKey => Box::new(run_key::RunKey),
+        LoginEntry::LaunchAgent => Box::new(launchd::LaunchAgent::in_home(&home)),
+        LoginEntry::SystemdUser => {
+            let config = dirs::config_dir().unwrap_or_else(|| home.join(".config"));
+            Box::new(systemd::UserUnit::in_config_dir(&config))
+        }
+    })
 }
 
 /// The config named after `--config` in an entry's command, for `status`.
@@ -130,14 +125,4 @@ pub fn config_in(args: &[String]) -> Option<PathBuf> {
         .position(|a| a == "--config")
         .and_then(|i| args.get(i + 1))
         .map(PathBuf::from)
-}
-
-/// Writes `text` to `file` through a temporary file and a rename, its
-/// folder created when missing.
-pub(crate) fn write_file(file: &Path, text: &str) -> std::io::Result<()> {
-    let dir = file.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".shimgate-autostart.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, file)
 }

@@ -2,15 +2,12 @@
 //! `HKCU\Software\Microsoft\Windows\CurrentVersion\Run`, which Windows runs
 //! at the user's logon. Ours is recognised by its command: the quoted path
 //! of a `shimgate.exe` followed by `serve`; anything else under that name is
-//! left alone.
-
-use winreg::enums::{HKEY_CURRENT_USER, KEY_READ, KEY_SET_VALUE};
-use winreg::RegKey;
+//! left alone. The registry is read and written through [`crate::os`], so
+//! this file builds, and its command line is tested, on every OS.
 
 use super::{Entry, Installed, Launch};
+use crate::os;
 
-/// The Run key, under HKCU.
-pub const RUN_KEY: &str = r"Software\Microsoft\Windows\CurrentVersion\Run";
 /// The value's name.
 pub const VALUE: &str = "shimgate";
 
@@ -44,14 +41,13 @@ fn is_ours(line: &str) -> bool {
 }
 
 fn at() -> String {
-    format!(r"HKCU\{RUN_KEY}\{VALUE}")
+    format!(r"HKCU\Software\Microsoft\Windows\CurrentVersion\Run\{VALUE}")
 }
 
 impl Entry for RunKey {
     fn enable(&self, launch: &Launch) -> std::io::Result<String> {
         self.status().refuse_foreign()?;
-        let (key, _) = RegKey::predef(HKEY_CURRENT_USER).create_subkey(RUN_KEY)?;
-        key.set_value(VALUE, &command_line(launch))?;
+        os::set_run_value(VALUE, &command_line(launch))?;
         Ok(at())
     }
 
@@ -59,18 +55,14 @@ impl Entry for RunKey {
         if !matches!(self.status(), Installed::Ours { .. }) {
             return Ok(Vec::new());
         }
-        let key =
-            RegKey::predef(HKEY_CURRENT_USER).open_subkey_with_flags(RUN_KEY, KEY_SET_VALUE)?;
-        key.delete_value(VALUE)?;
+        os::delete_run_value(VALUE)?;
         Ok(vec![at()])
     }
 
     fn status(&self) -> Installed {
-        let value: Option<String> = RegKey::predef(HKEY_CURRENT_USER)
-            .open_subkey_with_flags(RUN_KEY, KEY_READ)
-            .and_then(|k| k.get_value(VALUE))
-            .ok();
-        match value {
+        // An unreadable key reads as nothing there, as Windows' own
+        // startup list shows it.
+        match os::run_value(VALUE).ok().flatten() {
             None => Installed::Nothing { at: at() },
             Some(line) if is_ours(&line) => Installed::ours(at(), words(&line)),
             Some(_) => Installed::Foreign { at: at() },

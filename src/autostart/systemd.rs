@@ -5,7 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{write_file, Entry, Installed, Launch, MARKER};
+use super::{Entry, Installed, Launch, MARKER};
+use crate::os;
 
 /// The unit's file name.
 pub const UNIT: &str = "shimgate.service";
@@ -88,7 +89,7 @@ fn exec_words(text: &str) -> Vec<String> {
 impl Entry for UserUnit {
     fn enable(&self, launch: &Launch) -> std::io::Result<String> {
         self.status().refuse_foreign()?;
-        write_file(&self.unit(), &unit_text(launch))?;
+        os::replace_atomically(&self.unit(), unit_text(launch).as_bytes())?;
         let link = self.wants_link();
         std::fs::create_dir_all(link.parent().unwrap_or(&self.dir))?;
         let _ = std::fs::remove_file(&link);

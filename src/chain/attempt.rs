@@ -20,7 +20,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use super::{policy, BodyTx, CallSpec, ChainCtx};
 use crate::config::Route;
 use crate::http::client::{ClientError, UpstreamBody};
-use crate::http::headers;
+use crate::http::{error_chain, headers};
 
 /// Frames held back before the first content frame, at most. Role deltas,
 /// heartbeats and metadata are tiny; past 1 MiB without content the answer
@@ -836,16 +836,4 @@ fn client_failure(e: &ClientError) -> Failure {
         FailureCode::Transport
     };
     Failure::new(code, text)
-}
-
-/// An error with its sources, `a: b: c`.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }

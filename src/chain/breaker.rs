@@ -1,4 +1,4 @@
-//! The circuit breaker of one route (DESIGN §5): after `failures`
+//! The circuit breaker of one route: after `failures`
 //! consecutive non-quota failures the route is open for `open_ms`; then one
 //! real call is let through (half-open): its success closes the breaker,
 //! its failure re-opens it for twice as long, up to `max_open_ms`.

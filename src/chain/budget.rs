@@ -1,4 +1,4 @@
-//! The retry budget (DESIGN §5), the shape of tower's and linkerd's: over
+//! The retry budget, the shape of tower's and linkerd's: over
 //! the last [`WINDOW_SECS`] seconds, in-place retries may be at most
 //! `budget_ratio` of the calls plus `budget_min_per_s` a second. Past it a
 //! retryable failure switches route instead of retrying, so a failing

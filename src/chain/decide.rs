@@ -1,4 +1,4 @@
-//! The failover decision (DESIGN §5): after each try, skip or commit, a
+//! The failover decision (`docs/failover.md`): after each try, skip or commit, a
 //! pure function of what happened, where the call stands, the call's rules
 //! and the clock says retry, switch or stop; the driver in `mod.rs` only
 //! carries the answer out.
@@ -15,41 +15,14 @@
 //! The ranking ([`super::rank`]) and the breaker's moves
 //! ([`super::breaker`]) are pure functions of their own.
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
 use shimgate_shim_api::{Failure, FailureCode};
 
 use super::policy::{self, RetryDecision};
-use super::rest::{self, Zone};
+use super::rest;
+use crate::clock::{Now, Zone};
 use crate::config::{Ordering, RetryPolicy};
-
-/// The clock a decision is made at, both faces: durations and deadlines
-/// run on the monotonic one, what the user reads (a cooldown's end, a
-/// quota reset at a local hour) on the wall one. Passed in, so a test can
-/// pin both.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Now {
-    pub mono: Instant,
-    pub wall: SystemTime,
-}
-
-impl Now {
-    /// The system clocks, read once.
-    pub fn system() -> Now {
-        Now {
-            mono: Instant::now(),
-            wall: SystemTime::now(),
-        }
-    }
-
-    /// This clock moved on by `by` (both faces).
-    pub fn after(self, by: Duration) -> Now {
-        Now {
-            mono: self.mono + by,
-            wall: self.wall + by,
-        }
-    }
-}
 
 /// What just happened on the current route.
 #[derive(Debug, Clone, Copy)]
@@ -80,7 +53,7 @@ pub struct Progress {
     pub draw: f64,
     /// Whether the request may be sent again after this failure: false
     /// for a pass-through request that is not idempotent (POST, PATCH) and
-    /// may have reached the upstream (DESIGN §5 "Pass-through").
+    /// may have reached the upstream (a pass-through's rule).
     pub may_resend: bool,
     /// The retry budget allows one more in-place retry.
     pub budget_left: bool,

@@ -1,7 +1,7 @@
 //! The chain-failover core: every upstream send of every shim, pass-through
 //! requests included, goes through [`call`].
 //!
-//! Rules (DESIGN §5): retry in place only for the configured transient codes,
+//! Rules (`docs/failover.md`): retry in place only for the configured transient codes,
 //! with capped exponential backoff and the upstream's Retry-After when it is
 //! within the cap; switch route otherwise; never switch on ABORTED or
 //! CONTEXT_WINDOW_EXCEEDED; hold every frame back until the first content
@@ -24,7 +24,7 @@ mod attempt;
 mod outbound;
 mod response;
 
-pub use attempt::{error_chain, relay, sse_headers, ROUTE_HEADER, SWITCHED_FROM_HEADER};
+pub use attempt::{relay, sse_headers, ROUTE_HEADER, SWITCHED_FROM_HEADER};
 pub use outbound::{FixedOutbound, Outbound, OutboundFuture};
 pub use response::{ChainError, ChainResponse, LastInBand};
 pub mod breaker;
@@ -51,11 +51,12 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
+use crate::clock::Now;
 use crate::config::{BreakerPolicy, Config, Ordering, RetryPolicy, Route, Timeouts};
 use crate::http::body::{BoxError, ChannelBody};
 use crate::http::client::HttpClient;
 use crate::http::headers::Secrets;
-use decide::{Decision, Event, Next, Now, Progress, Rules, Stop};
+use decide::{Decision, Event, Next, Progress, Rules, Stop};
 use state::{AttemptEntry, CallRecord, ChainState, Observed, Outcome, RouteReport, Skipped};
 
 /// Makes a fresh translator for each attempt, once its answer head is here.
@@ -94,7 +95,7 @@ pub struct CallSpec {
     /// The request's own credentials: masked in every reason the call
     /// logs or shows, whatever an upstream echoes back.
     pub secrets: Secrets,
-    /// A request the shims do not take over (DESIGN §5 "Pass-through"):
+    /// A request the shims do not take over (a pass-through):
     /// whatever the upstream answers, any status, reaches the client as
     /// it is; it is retried or switched only when nothing came back.
     pub passthrough: bool,
@@ -758,8 +759,8 @@ impl Driver<'_> {
     }
 
     /// The first route this call tried, when it is not `leg`'s: the call
-    /// switched, and the switch is logged (DESIGN §5 "Switches by
-    /// conversation") with the failure that made it leave that route.
+    /// switched, and the switch is logged (`GET /switches`, with
+    /// the agent's conversation) with the failure that made it leave that route.
     fn first_route_if_switched(&self, leg: &Leg<'_>) -> Option<String> {
         let first = self.reports.iter().find(|r| r.tries > 0)?;
         (first.route != leg.route.name).then(|| first.route.clone())

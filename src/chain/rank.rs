@@ -1,4 +1,4 @@
-//! The order the next call tries a shim's routes in (DESIGN §5), and why:
+//! The order the next call tries a shim's routes in, and why:
 //! a pure function of what the chain knows of each route (disabled, its
 //! cooldown, its breaker, its measured record), the mode and the pin.
 //!

@@ -1,4 +1,4 @@
-//! Route windows (DESIGN §5, seed 003): whether a route may be tried now,
+//! Route windows (`docs/failover.md`): whether a route may be tried now,
 //! by the local hours (`active_hours`) and the last local day (`until`)
 //! the user gave it, and when its next window opens.
 //!
@@ -8,15 +8,12 @@
 //!
 //! Pure: the wall clock and the zone are inputs ([`Zone`]).
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use chrono::{Datelike as _, NaiveDate};
+use chrono::{NaiveDate, NaiveDateTime, TimeDelta, Timelike as _};
 
-use crate::chain::rest::Zone;
+use crate::clock::Zone;
 use crate::config::Window;
-
-const HOUR_MS: i64 = 3_600_000;
-const DAY_MS: i64 = 86_400_000;
 
 /// Where a route stands against its window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -42,98 +39,61 @@ pub fn hour_in(hour: u8, (from, to): (u8, u8)) -> bool {
 
 /// The route's standing at `now`.
 pub fn standing(window: &Window, now: SystemTime, zone: Zone) -> Standing {
-    let local = Local::at(now, zone);
+    let local = zone.wall(now);
     if let Some(last) = window.until {
-        if local.day() > last {
+        if local.date() > last {
             return Standing::Expired(day_end(last, zone));
         }
     }
-    let open = |hour: u8| window.hours.is_empty() || window.hours.iter().any(|r| hour_in(hour, *r));
+    let open = |hour: u32| {
+        window.hours.is_empty()
+            || window
+                .hours
+                .iter()
+                .any(|r| u8::try_from(hour).is_ok_and(|h| hour_in(h, *r)))
+    };
     if open(local.hour()) {
         return Standing::Open;
     }
     // The next whole local hour that is open (one always is within a day:
     // every range names at least one hour).
+    let hour_start = local
+        .with_minute(0)
+        .and_then(|t| t.with_second(0))
+        .and_then(|t| t.with_nanosecond(0))
+        .unwrap_or(local);
     let next = (1..=24)
-        .map(|k| local.hour_start() + k * HOUR_MS)
-        .find(|&start| open(hour_of(start)))
-        .unwrap_or(local.hour_start() + DAY_MS);
-    let at = to_instant(next, zone);
+        .map(|k| hour_start + TimeDelta::hours(k))
+        .find(|t| open(t.hour()))
+        .unwrap_or(hour_start + TimeDelta::days(1));
+    let at = zone.instant(next);
     match window.until {
-        Some(last) if Local::at(at, zone).day() > last => Standing::Expired(day_end(last, zone)),
+        Some(last) if zone.wall(at).date() > last => Standing::Expired(day_end(last, zone)),
         _ => Standing::OffHours(at),
     }
 }
 
-/// An instant as the local clock reads it (milliseconds since the epoch,
-/// shifted by the zone's offset then).
-#[derive(Debug, Clone, Copy)]
-struct Local(i64);
-
-impl Local {
-    fn at(t: SystemTime, zone: Zone) -> Local {
-        Local(epoch_ms(t) + i64::from(zone.offset(t)) * 1000)
-    }
-
-    fn hour(self) -> u8 {
-        hour_of(self.0)
-    }
-
-    fn hour_start(self) -> i64 {
-        self.0.div_euclid(HOUR_MS) * HOUR_MS
-    }
-
-    fn day(self) -> NaiveDate {
-        let days = self.0.div_euclid(DAY_MS);
-        NaiveDate::from_num_days_from_ce_opt(i32::try_from(days + 719_163).unwrap_or(i32::MAX))
-            .unwrap_or(NaiveDate::MAX)
-    }
-}
-
-fn hour_of(local_ms: i64) -> u8 {
-    (local_ms.rem_euclid(DAY_MS) / HOUR_MS) as u8
-}
-
-/// The instant the local clock reads `local_ms` (the offset taken at that
-/// instant, so a daylight-saving change in between is honoured).
-fn to_instant(local_ms: i64, zone: Zone) -> SystemTime {
-    let guess = from_epoch_ms(local_ms);
-    let offset = i64::from(zone.offset(guess)) * 1000;
-    from_epoch_ms(local_ms - offset)
+/// The local midnight that begins `day`.
+fn midnight(day: NaiveDate) -> NaiveDateTime {
+    day.and_time(chrono::NaiveTime::MIN)
 }
 
 /// The local midnight that ends `day`.
 fn day_end(day: NaiveDate, zone: Zone) -> SystemTime {
-    let days = i64::from(day.num_days_from_ce()) - 719_163 + 1;
-    to_instant(days * DAY_MS, zone)
+    zone.instant(midnight(day) + TimeDelta::days(1))
 }
 
 /// The local midnight that began the day `now` is in (tokens and
 /// failures "today" count from it).
 pub fn day_start(now: SystemTime, zone: Zone) -> SystemTime {
-    let local = Local::at(now, zone);
-    to_instant(local.0.div_euclid(DAY_MS) * DAY_MS, zone)
-}
-
-fn epoch_ms(t: SystemTime) -> i64 {
-    match t.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(d) => d.as_millis() as i64,
-        Err(e) => -(e.duration().as_millis() as i64),
-    }
-}
-
-fn from_epoch_ms(ms: i64) -> SystemTime {
-    if ms >= 0 {
-        SystemTime::UNIX_EPOCH + Duration::from_millis(ms as u64)
-    } else {
-        SystemTime::UNIX_EPOCH - Duration::from_millis(ms.unsigned_abs())
-    }
+    zone.instant(midnight(zone.wall(now).date()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::clock::iso8601;
+    use std::time::Duration;
 
     /// 2026-12-01T00:00:00Z.
     const DEC_1: u64 = 1_796_083_200;

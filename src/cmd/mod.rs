@@ -1,7 +1,7 @@
-//! The subcommands, one file each: `serve` and `check-config` (with the
-//! signals that stop it, `stop`), `paths`, `autostart`, `frames`,
-//! `translate`, `ca`; the command line itself and logging setup. (`demo` and
-//! `compressor` have folders of their own.)
+//! The subcommands, one file each: `serve` and `check-config`, `paths`,
+//! `autostart`, `frames`, `translate`, `ca`; the command line itself and
+//! logging setup. (`demo` and `compressor` have folders of their own; what
+//! stops or reloads a process is [`crate::os::stop_events`].)
 
 pub mod autostart;
 pub mod ca;
@@ -9,5 +9,4 @@ pub mod cli;
 pub mod frames;
 pub mod paths;
 pub mod serve;
-pub mod stop;
 pub mod translate;

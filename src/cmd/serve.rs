@@ -1,5 +1,9 @@
 //! `shimgate serve` and `shimgate check-config`: load the config, start the
-//! listeners, react to signals.
+//! listeners, react to stop and reload events: each stop event of the OS
+//! ([`os::stop_events`]) drains the streams in flight
+//! (`server::Running::shutdown`); a reload event (SIGHUP; Windows has none,
+//! there it is `POST /reload` or the panel, as everywhere) reads the config
+//! again.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -8,8 +12,8 @@ use tracing::info;
 use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::cmd::cli::LogFormat;
-use crate::cmd::stop::Stop;
 use crate::config::{paths, Config, ConfigError};
+use crate::os::{self, Event};
 use crate::server::{self, SHUTDOWN_GRACE};
 
 /// Exit code for an invalid config.
@@ -46,7 +50,7 @@ pub fn log_subscriber(
 }
 
 /// Which config `serve` uses: `--config`, else `./shimgate.toml`, else the
-/// per-user config file, else built-in defaults; with why (DESIGN §10).
+/// per-user config file, else built-in defaults; with why.
 pub fn resolve_config(path: Option<&Path>) -> Result<(Config, String), ConfigError> {
     match path {
         Some(p) => Ok((Config::load(p)?, "--config".to_owned())),
@@ -124,7 +128,7 @@ pub fn serve(path: Option<&Path>) -> ExitCode {
     runtime.block_on(async move {
         // Handlers first: a signal sent as soon as the `listening` lines
         // appear must reach them, not the default action.
-        let stop = Stop::install();
+        let events = os::stop_events();
         let running = server::start(config).await;
         for name in crate::registry::names() {
             if let Some(addr) = running.addr(name) {
@@ -137,11 +141,27 @@ pub fn serve(path: Option<&Path>) -> ExitCode {
                 );
             }
         }
-        stop.wait(&running).await;
-        info!("shutting down");
+        let why = until_stop(events, &running).await;
+        info!("stopping ({why})");
         running.shutdown(SHUTDOWN_GRACE).await;
     });
     ExitCode::SUCCESS
+}
+
+/// Waits for a stop event, reloading the config on each reload event;
+/// returns what stopped it.
+async fn until_stop(mut events: os::Events, running: &server::Running) -> &'static str {
+    loop {
+        match events.next().await {
+            Event::Stop(why) => return why,
+            Event::Reload(why) => match running.app.reload() {
+                Ok(_) => info!("config reloaded ({why})"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "config reload rejected; the old config stays")
+                }
+            },
+        }
+    }
 }
 
 /// The runtime `serve` runs on, with `workers` threads (`[limits]

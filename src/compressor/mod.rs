@@ -16,9 +16,12 @@ use std::time::Duration;
 
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
+
+use crate::os;
 
 pub use rewrite::{Policy, Rewrite, DEFAULT_KEEP_TURNS, PREAMBLE, SIDE_REQUEST_MAX_TOKENS};
 
@@ -100,12 +103,18 @@ pub enum StartError {
     },
 }
 
+/// How long requests in flight may run on after a stop event before the
+/// process ends anyway (`serve`'s own grace).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
 /// A running compressor; it stops accepting when dropped (requests in
-/// flight finish).
+/// flight finish, idle connections close).
 pub struct Compressor {
     addr: SocketAddr,
     stats: Arc<Stats>,
     stop: CancellationToken,
+    /// The accept loop: it ends once every connection has.
+    serving: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Compressor {
@@ -122,6 +131,17 @@ impl Compressor {
     /// The counters so far.
     pub fn counters(&self) -> Counters {
         self.stats.snapshot()
+    }
+
+    /// Stops accepting, closes idle connections and waits up to `grace`
+    /// for the requests in flight (a stream included) to finish. Whether
+    /// they all did.
+    pub async fn shutdown(mut self, grace: Duration) -> bool {
+        self.stop.cancel();
+        match self.serving.take() {
+            Some(serving) => tokio::time::timeout(grace, serving).await.is_ok(),
+            None => true,
+        }
     }
 }
 
@@ -181,15 +201,23 @@ pub async fn start(
         stats: stats.clone(),
         client: crate::http::client::client(CONNECT_TIMEOUT),
     });
-    tokio::spawn(accept_loop(listener, shared, stop.clone()));
-    Ok(Compressor { addr, stats, stop })
+    let serving = tokio::spawn(accept_loop(listener, shared, stop.clone()));
+    Ok(Compressor {
+        addr,
+        stats,
+        stop,
+        serving: Some(serving),
+    })
 }
 
+/// Serves each connection until `stop`; then tells every connection to
+/// close once its request is answered and returns when all have.
 async fn accept_loop(listener: TcpListener, shared: Arc<proxy::Shared>, stop: CancellationToken) {
+    let connections = GracefulShutdown::new();
     loop {
         let accepted = tokio::select! {
             biased;
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => break,
             accepted = listener.accept() => accepted,
         };
         let stream = match accepted {
@@ -204,22 +232,28 @@ async fn accept_loop(listener: TcpListener, shared: Arc<proxy::Shared>, stop: Ca
         };
         let _ = stream.set_nodelay(true);
         let shared = shared.clone();
+        let service = service_fn(move |req| {
+            let shared = shared.clone();
+            async move { Ok::<_, Infallible>(proxy::handle(shared, req).await) }
+        });
+        let conn = hyper::server::conn::http1::Builder::new()
+            .keep_alive(true)
+            .serve_connection(TokioIo::new(stream), service);
+        let conn = connections.watch(conn);
+        // Connection errors are the peer's business (resets, bad HTTP).
         tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let shared = shared.clone();
-                async move { Ok::<_, Infallible>(proxy::handle(shared, req).await) }
-            });
-            // Connection errors are the peer's business (resets, bad HTTP).
-            let _ = hyper::server::conn::http1::Builder::new()
-                .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            let _ = conn.await;
         });
     }
+    drop(listener);
+    connections.shutdown().await;
 }
 
-/// `shimgate compressor`: runs until SIGINT or SIGTERM. Prints
-/// `listening ADDR` on stdout once bound, so scripts using port 0 learn it.
+/// `shimgate compressor`: runs until a stop event of the OS
+/// ([`os::stop_events`]: Ctrl-C, SIGTERM, a closed terminal or console,
+/// logoff, shutdown), then lets the requests in flight finish (up to
+/// [`SHUTDOWN_GRACE`]). Prints `listening ADDR` on stdout once bound, so
+/// scripts using port 0 learn it.
 pub fn run(listen: SocketAddr, upstream: &str, policy: Policy) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -232,6 +266,9 @@ pub fn run(listen: SocketAddr, upstream: &str, policy: Policy) -> ExitCode {
         }
     };
     runtime.block_on(async move {
+        // Handlers first: a signal sent as soon as `listening` appears must
+        // reach them, not the default action (an end without a drain).
+        let events = os::stop_events();
         let compressor = match start(listen, upstream, policy).await {
             Ok(c) => c,
             Err(e) => {
@@ -253,8 +290,13 @@ pub fn run(listen: SocketAddr, upstream: &str, policy: Policy) -> ExitCode {
             keep_turns = policy.keep_turns,
             "compressor ready"
         );
-        wait_for_stop().await;
-        let c = compressor.counters();
+        let why = events.until_any().await;
+        info!("stopping ({why})");
+        let stats = compressor.stats.clone();
+        if !compressor.shutdown(SHUTDOWN_GRACE).await {
+            warn!(grace = ?SHUTDOWN_GRACE, "requests still in flight at the end of the grace period were cut");
+        }
+        let c = stats.snapshot();
         info!(
             requests = c.requests,
             compressed = c.compressed,
@@ -264,25 +306,6 @@ pub fn run(listen: SocketAddr, upstream: &str, policy: Policy) -> ExitCode {
         );
         ExitCode::SUCCESS
     })
-}
-
-/// Resolves on SIGINT or SIGTERM (Ctrl-C elsewhere).
-pub async fn wait_for_stop() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let (Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-            return;
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 #[cfg(test)]

@@ -14,10 +14,10 @@ use tracing::{debug, warn};
 
 use super::rewrite::{self, Policy};
 use super::{Stats, FIRST_BYTE_TIMEOUT, MAX_BODY_BYTES};
-use crate::chain::error_chain;
 use crate::http::body::ErrorCode;
 use crate::http::body::{self, Body, BoxError};
 use crate::http::client::HttpClient;
+use crate::http::error_chain;
 use crate::http::headers;
 use crate::http::read::read_body;
 

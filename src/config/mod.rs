@@ -17,7 +17,7 @@ use std::time::Duration;
 use http::header::{HeaderName, HeaderValue};
 use shimgate_shim_api::FailureCode;
 
-use crate::http::client::proxy::{self, ProxySetting, Via};
+use crate::http::client::proxy::{ProxySetting, Via};
 use crate::registry::{self, Facts};
 pub use paths::{default_state_dir, expand_home};
 use raw::{RawConfig, RawRoute, RawShim};
@@ -133,7 +133,7 @@ impl std::fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// In-place retry policy (DESIGN §5).
+/// In-place retry policy (`[retry]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetryPolicy {
     pub max_retries: u32,
@@ -143,7 +143,7 @@ pub struct RetryPolicy {
     pub retryable: Vec<FailureCode>,
     /// The retry budget: share of the recent calls ...
     pub budget_ratio: f64,
-    /// ... plus retries a second (DESIGN §5).
+    /// ... plus retries a second.
     pub budget_min_per_s: u32,
 }
 
@@ -201,7 +201,7 @@ pub struct Ordering {
     pub measure_window: Duration,
     /// `zone`: of the quota hour, the route windows and a reset stated as
     /// a wall time (default: the system's).
-    pub zone: crate::chain::rest::Zone,
+    pub zone: crate::clock::Zone,
 }
 
 impl Default for Ordering {
@@ -211,12 +211,12 @@ impl Default for Ordering {
             quota_cooldown: Duration::from_millis(DEFAULT_QUOTA_COOLDOWN_MS),
             quota_cooldown_hour: None,
             measure_window: Duration::from_millis(DEFAULT_MEASURE_WINDOW_MS),
-            zone: crate::chain::rest::Zone::LOCAL,
+            zone: crate::clock::Zone::LOCAL,
         }
     }
 }
 
-/// `[breaker]` (DESIGN §5): consecutive non-quota failures open a route.
+/// `[breaker]`: consecutive non-quota failures open a route.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BreakerPolicy {
     /// 0 = no breaker.
@@ -276,7 +276,7 @@ impl Default for ClientLimits {
     }
 }
 
-/// `[admin]` (DESIGN §7): the admin surface's trust settings.
+/// `[admin]` (`docs/security.md`): the admin surface's trust settings.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct AdminConfig {
     /// `Host` names (lowercase, optionally with `:port`) the admin surface
@@ -343,7 +343,7 @@ pub struct Route {
     /// The model's context window in tokens, when the user knows it: named
     /// in context-overflow errors so the proxy learns the window.
     pub context_tokens: Option<u64>,
-    /// When it may be tried (`active_hours`, `until`; DESIGN §5).
+    /// When it may be tried (`active_hours`, `until`).
     pub window: Window,
     /// Its own `proxy`, as written (`None`: not set).
     pub proxy: Option<ProxySetting>,
@@ -352,7 +352,7 @@ pub struct Route {
     pub via: Via,
 }
 
-/// A route's window (DESIGN §5 "Route windows"): the local hours it may be
+/// A route's window (`docs/failover.md`, route windows): the local hours it may be
 /// tried and the last local day. Both empty: always.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Window {
@@ -805,7 +805,7 @@ fn apply_ordering(o: raw::RawOrdering, ordering: &mut Ordering) -> Result<(), Co
         ordering.measure_window = positive_ms("ordering.measure_window_ms", ms)?;
     }
     if let Some(name) = o.zone {
-        ordering.zone = crate::chain::rest::Zone::named(&name).ok_or_else(|| {
+        ordering.zone = crate::clock::Zone::named(&name).ok_or_else(|| {
             ConfigError::at(
                 "ordering.zone",
                 format!("{name:?} is not an IANA zone name (e.g. \"Asia/Shanghai\", \"UTC\")"),
@@ -1151,36 +1151,6 @@ fn check_route(path: &str, raw: RawRoute) -> Result<Route, ConfigError> {
 /// A `proxy` key: a proxy URL or `"none"`.
 fn proxy_setting(path: &str, text: &str) -> Result<ProxySetting, ConfigError> {
     ProxySetting::parse(text).map_err(|e| ConfigError::at(path, e))
-}
-
-impl Config {
-    /// The upstream client for this config's timeouts and trust.
-    pub fn http_client(&self) -> crate::http::client::HttpClient {
-        use crate::http::client::{pem_roots, HttpClient, Tls};
-        let extra = match &self.ca_file {
-            // Checked at load; a file gone since is reported, not skipped.
-            Some(path) => match pem_roots(path) {
-                Ok(certs) => certs,
-                Err(e) => {
-                    tracing::warn!(error = %e, "upstream.ca_file cannot be read; its roots are not added");
-                    Vec::new()
-                }
-            },
-            None => Vec::new(),
-        };
-        HttpClient::with_tls(self.timeouts.connect, Tls::for_roots(self.roots, extra))
-    }
-
-    /// Fills each route's [`Via`] from its own `proxy`, `[upstream] proxy`
-    /// and `env` (the environment's or system's setting).
-    pub fn resolve_proxies(&mut self, env: &proxy::Environment) {
-        let upstream = self.upstream_proxy.clone();
-        for shim in &mut self.shims {
-            for r in &mut shim.routes {
-                r.via = proxy::resolve(r.proxy.as_ref(), upstream.as_ref(), env, &r.url);
-            }
-        }
-    }
 }
 
 /// `active_hours = ["22-6", "9-12"]` and `until = "2026-12-31"`.

@@ -1,5 +1,5 @@
-//! Where shimgate's files live, per user, by each OS's convention (DESIGN
-//! §10 "Desktops"), and how a path is shown. The OS folders come from the
+//! Where shimgate's files live, per user, by each OS's convention
+//! (`docs/desktops.md`), and how a path is shown. The OS folders come from the
 //! `dirs` crate (XDG on Linux, the Standard Directories on macOS, the Known
 //! Folder API on Windows); only `XDG_STATE_HOME` is read here by name, since
 //! it is shimgate's own rule on every OS (tests and power users isolate a
@@ -27,22 +27,14 @@ pub fn default_state_dir() -> PathBuf {
     if let Some(xdg) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
         return PathBuf::from(xdg).join(APP_DIR);
     }
-    os_state_dir()
+    // `dirs` knows a state folder on Linux (and the other Unixes but
+    // macOS) only; macOS and Windows keep state in the per-user data
+    // folder that is not synced (`~/Library/Application Support`,
+    // `%LOCALAPPDATA%`), which is what `data_local_dir` is there.
+    dirs::state_dir()
+        .or_else(dirs::data_local_dir)
         .map(|d| d.join(APP_DIR))
         .unwrap_or_else(|| std::env::temp_dir().join(APP_DIR))
-}
-
-#[cfg(target_os = "linux")]
-fn os_state_dir() -> Option<PathBuf> {
-    dirs::state_dir()
-}
-
-/// macOS and Windows have no state folder of their own: the per-user
-/// application data folder that is not synced (`~/Library/Application
-/// Support`, `%LOCALAPPDATA%`).
-#[cfg(not(target_os = "linux"))]
-fn os_state_dir() -> Option<PathBuf> {
-    dirs::data_local_dir()
 }
 
 /// The per-user config file: Linux `$XDG_CONFIG_HOME/shimgate/shimgate.toml`
@@ -101,13 +93,17 @@ pub fn discover_config() -> Found {
 }
 
 /// A path from the config with `~` put in for the home folder: `~/…` on
-/// every OS, and `~\…` too on Windows.
+/// every OS, and `~\…` too on Windows (`std::path::is_separator` knows
+/// each OS's separators).
 pub fn expand_home(path: &str) -> PathBuf {
-    let rest = path
-        .strip_prefix("~/")
-        .or_else(|| path.strip_prefix('~').filter(|r| r.is_empty()));
-    #[cfg(windows)]
-    let rest = rest.or_else(|| path.strip_prefix("~\\"));
+    let rest = path.strip_prefix('~').and_then(|r| {
+        let mut chars = r.chars();
+        match chars.next() {
+            None => Some(""),
+            Some(c) if std::path::is_separator(c) => Some(chars.as_str()),
+            Some(_) => None,
+        }
+    });
     match (rest, dirs::home_dir()) {
         (Some(rest), Some(home)) => home.join(rest),
         _ => PathBuf::from(path),
@@ -142,8 +138,8 @@ mod tests {
         assert_eq!(expand_home("~"), home);
         assert_eq!(expand_home("/abs/~/x"), PathBuf::from("/abs/~/x"));
         assert_eq!(expand_home("~other/x"), PathBuf::from("~other/x"));
-        #[cfg(windows)]
-        assert_eq!(expand_home(r"~\x"), home.join("x"));
+        let native = format!("~{}x", std::path::MAIN_SEPARATOR);
+        assert_eq!(expand_home(&native), home.join("x"));
     }
 
     #[test]
@@ -154,25 +150,28 @@ mod tests {
     }
 
     /// The OS folder each platform's convention names, when no
-    /// `XDG_STATE_HOME` is set (the tests that set it run the binary).
+    /// `XDG_STATE_HOME` is set (the tests that set it run the binary):
+    /// Linux `~/.local/state`, macOS `~/Library/Application Support`,
+    /// Windows `%LOCALAPPDATA%` (under the profile folder).
     #[test]
     fn the_state_dir_follows_the_os_convention() {
         if std::env::var_os("XDG_STATE_HOME").is_some() {
             return;
         }
-        let dir = default_state_dir();
-        #[cfg(target_os = "linux")]
-        if let Some(home) = dirs::home_dir() {
-            assert_eq!(dir, home.join(".local/state/shimgate"));
-        }
-        #[cfg(target_os = "macos")]
-        if let Some(home) = dirs::home_dir() {
-            assert_eq!(dir, home.join("Library/Application Support/shimgate"));
-        }
-        #[cfg(windows)]
-        {
-            let text = dir.display().to_string().to_lowercase();
-            assert!(text.ends_with(r"appdata\local\shimgate"), "{text}");
-        }
+        let (Some(home), dir) = (dirs::home_dir(), default_state_dir()) else {
+            return;
+        };
+        let conventions = [
+            ".local/state",
+            "Library/Application Support",
+            "AppData/Local",
+        ];
+        assert!(
+            conventions
+                .iter()
+                .any(|under| dir == home.join(under).join(APP_DIR)),
+            "{}",
+            dir.display()
+        );
     }
 }

@@ -106,7 +106,7 @@ pub struct RawUpstream {
     pub connect_timeout_ms: Option<u64>,
     pub first_byte_timeout_ms: Option<u64>,
     pub idle_timeout_ms: Option<u64>,
-    /// A proxy URL or `"none"` (DESIGN §10 "Networks").
+    /// A proxy URL or `"none"` (`docs/networks.md`).
     pub proxy: Option<String>,
     /// `"system"` or `"bundled"`.
     pub roots: Option<String>,

@@ -526,3 +526,20 @@ fn model_routes_errors_name_their_key_path() {
     let e = err("[shims.qoder]\nlisten = 5\n");
     assert!(e.starts_with("shims.qoder.listen:"), "{e}");
 }
+
+#[test]
+fn the_config_refuses_a_bad_proxy_with_its_key_path() {
+    let toml = "[[shims.qoder.routes]]\nname = \"a\"\nurl = \"https://api2.qoder.sh\"\nproxy = \"ftp://u:pw@h:21\"\n";
+    let e = Config::from_toml(toml).unwrap_err().to_string();
+    assert!(
+        e.starts_with("shims.qoder.routes[0].proxy: unsupported proxy scheme \"ftp\""),
+        "{e}"
+    );
+    let e = Config::from_toml("[upstream]\nproxy = \"http://\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("upstream.proxy: "), "{e}");
+    let ok = "[upstream]\nproxy = \"socks5h://127.0.0.1:7890\"\n";
+    let c = Config::from_toml(ok).unwrap();
+    assert!(matches!(c.upstream_proxy, Some(ProxySetting::Via(_))));
+}

@@ -26,6 +26,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::cmd::cli::LogFormat;
+use crate::os;
+use crate::server::SHUTDOWN_GRACE;
 use agent::{QoderAgent, TraeAgent};
 use report::ShimView;
 use stack::Stack;
@@ -38,7 +40,9 @@ pub const DEMO_THRESHOLD_CHARS: usize = 3000;
 /// Turns the demo's compressor keeps verbatim.
 pub const DEMO_KEEP_TURNS: usize = 2;
 
-/// Grace for streams still open when the demo stops (none should be).
+/// Grace for streams still open when the demo stops after its turns (none
+/// should be); with `--keep`, the user's own calls get `serve`'s
+/// [`SHUTDOWN_GRACE`].
 const STOP_GRACE: Duration = Duration::from_secs(1);
 
 /// Runs the demo: `turns` turns per shim; `keep` serves on afterwards until
@@ -183,7 +187,11 @@ async fn demo(turns: u32, keep: bool) -> ExitCode {
     let status_url = format!("{}/status", stack.qoder_shim);
     let tokens = report::Tokens::read(&doc);
     print_summary(&stack, &tally, (&q, &t, &tokens), held, &status_url);
+    let mut grace = STOP_GRACE;
     if keep {
+        // Handlers before the line that invites traffic; from here a stop
+        // event of any kind drains what the user's own calls left open.
+        let events = os::stop_events();
         say!();
         say!("keep: serving until Ctrl-C; try curl {status_url}");
         say!(
@@ -192,15 +200,16 @@ async fn demo(turns: u32, keep: bool) -> ExitCode {
             stack.trae_shim,
             stack.compressor.url()
         );
-        crate::compressor::wait_for_stop().await;
+        let why = events.until_any().await;
+        say!("stopping ({why})");
+        grace = SHUTDOWN_GRACE;
     }
     let Stack {
         running,
         compressor,
         ..
     } = stack;
-    drop(compressor);
-    running.shutdown(STOP_GRACE).await;
+    tokio::join!(compressor.shutdown(grace), running.shutdown(grace));
     if tally.failure.is_some() {
         ExitCode::FAILURE
     } else {

@@ -231,8 +231,8 @@ async fn via_proxy<S: Shim>(
             let answer = live.client.request(r);
             tokio::pin!(answer);
             match tokio::time::timeout(wait, &mut answer).await {
-                Ok(r) => r.map_err(|e| chain::error_chain(&e)),
-                Err(_) if entry.reached() => answer.await.map_err(|e| chain::error_chain(&e)),
+                Ok(r) => r.map_err(|e| crate::http::error_chain(&e)),
+                Err(_) if entry.reached() => answer.await.map_err(|e| crate::http::error_chain(&e)),
                 Err(_) => Err(format!("no answer within {} ms", wait.as_millis())),
             }
         }

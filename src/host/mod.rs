@@ -239,7 +239,7 @@ impl<S: Shim> ShimHost for Host<S> {
 pub use shimgate_shim_api::answer_shape;
 
 /// The agent headers that name its conversation, first found wins
-/// (DESIGN §5 "Switches by conversation").
+/// (`docs/failover.md`, switches by conversation).
 /// Names, not strings: a lookup by string parses the name on every call.
 pub const CONVERSATION_HEADERS: [http::HeaderName; 3] = [
     http::HeaderName::from_static("x-session-id"),

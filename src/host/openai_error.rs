@@ -1,5 +1,5 @@
 //! Errors on the return leg, as an OpenAI client expects them, so the
-//! compression proxy can act on them (DESIGN §8 "Errors on the return leg").
+//! compression proxy can act on them (`docs/compression-proxies.md`).
 //!
 //! billion-context learns a session's real window, and shrinks the next turn
 //! hard, only from an HTTP 400/413 whose body says "context length exceeded"

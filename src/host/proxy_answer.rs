@@ -1,5 +1,5 @@
 //! What the compression proxy answered the ingress, judged before the
-//! agent sees a byte of it (DESIGN §2): until the return leg has seen the
+//! agent sees a byte of it: until the return leg has seen the
 //! rid, a proxy answer that is not the expected stream — an error status, a
 //! 2xx that is not SSE (garbage, JSON), a stream that ends or stalls before
 //! the proxy called the return leg — is a proxy failure, and the ingress

@@ -190,7 +190,7 @@ async fn take<S: Shim>(
     })
 }
 
-/// Counts what the proxy did to the request (DESIGN §4): its body against
+/// Counts what the proxy did to the request: its body against
 /// the one the ingress sent (the ingress's copy while it is alive, else
 /// folded again from the native body).
 fn account<S: Shim>(host: &Host<S>, app: &App, rid: &str, t: &Taken<S>) {

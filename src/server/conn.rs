@@ -1,6 +1,6 @@
 //! Client connections: each served by hyper's HTTP/1.1 server in a task of
 //! its own, with the limits a loopback gateway next to a long-running
-//! agent needs (DESIGN §7): a request head must arrive within the
+//! agent needs (`docs/security.md`): a request head must arrive within the
 //! header-read timeout (slowloris), a connection with no request in flight
 //! is closed after the idle timeout, at most `max_connections` are open
 //! per listener (beyond that a new one gets `503` at once), and shutdown

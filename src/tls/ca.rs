@@ -28,7 +28,7 @@ use tokio_rustls::rustls::pki_types::pem::PemObject as _;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::names::{LeafName, Permitted};
-use crate::app::secret_file;
+use crate::os;
 
 /// The CA's folder under the state dir.
 pub const DIR: &str = "ca";
@@ -302,8 +302,12 @@ fn organisation_only() -> DistinguishedName {
 
 /// 16 random bytes, positive as DER integers must be, never zero.
 fn random_serial() -> Result<SerialNumber, CaError> {
-    let mut bytes =
-        secret_file::random_bytes().map_err(io("draw a serial for", Path::new("a certificate")))?;
+    let mut bytes = [0u8; 16];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).map_err(|_| {
+        io("draw a serial for", Path::new("a certificate"))(std::io::Error::other(
+            "the system's random source failed",
+        ))
+    })?;
     bytes[0] = (bytes[0] & 0x7f) | 0x01;
     Ok(SerialNumber::from_slice(&bytes[..16]))
 }
@@ -367,17 +371,20 @@ fn generate(names: &[String], now: SystemTime) -> Result<Made, CaError> {
 fn write_beside(files: &CaFiles, made: &Made) -> Result<PathBuf, CaError> {
     let parent = files.dir.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(io("create", parent))?;
-    let tag =
-        secret_file::hex(&secret_file::random_bytes().map_err(io("draw a name in", parent))?[..6]);
-    let tmp = parent.join(format!(".{DIR}.new.{}.{tag}", std::process::id()));
-    std::fs::create_dir(&tmp).map_err(io("create", &tmp))?;
+    // A fresh, unique folder name beside the CA's (renamed into place).
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".{DIR}.new."))
+        .tempdir_in(parent)
+        .map_err(io("create a folder in", parent))?
+        .keep();
     let written = (|| {
         let root = tmp.join(ROOT_FILE);
         std::fs::write(&root, &made.root_pem).map_err(io("write", &root))?;
         let inter = tmp.join(INTERMEDIATE_FILE);
         std::fs::write(&inter, &made.intermediate_pem).map_err(io("write", &inter))?;
         let key = tmp.join(KEY_FILE);
-        secret_file::write(&key, made.key_pem.trim_end()).map_err(io("write", &key))
+        let pem = format!("{}\n", made.key_pem.trim_end());
+        os::write_owner_only(&key, pem.as_bytes()).map_err(io("write", &key))
     })();
     if let Err(e) = written {
         let _ = std::fs::remove_dir_all(&tmp);
@@ -470,7 +477,7 @@ pub fn load(files: &CaFiles) -> Result<Authority, CaError> {
     let permitted = narrower(&root, &intermediate);
     Ok(Authority {
         permitted,
-        key_exposed: secret_file::readable_by_others(&key_path),
+        key_exposed: os::readable_by_others(&key_path),
         files: files.clone(),
         root,
         intermediate,
@@ -542,7 +549,7 @@ mod tests {
             2,
             "one key: the intermediate's"
         );
-        assert!(!secret_file::readable_by_others(&files.key()));
+        assert!(!os::readable_by_others(&files.key()));
         let wanted = Permitted::for_names(&names());
         for c in [&a.root, &a.intermediate] {
             assert!(c.is_ca && c.constraints_critical, "{c:?}");

@@ -1,4 +1,4 @@
-//! Bad input (issue 15 item 9; DESIGN §3, §5 "Pass-through", §7, §8):
+//! Bad input:
 //! hostile or careless requests, upstreams and proxies, each case with the
 //! exact answer expected (a status, an error code and its reason, the
 //! frames the agent reads, or a closed connection), what reached the

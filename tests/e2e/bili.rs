@@ -2,7 +2,7 @@
 //! between: `ACP_UPSTREAM` at one shimgate listener, a 16,000-token window,
 //! scripted models that report `prompt_tokens` and follow bili's nudges, and
 //! agents that hold long conversations on both wires. This is the run that
-//! found `folded` stuck at 0 (`research/bili.md` §7): every assertion here
+//! found `folded` stuck at 0: every assertion here
 //! is about what bili really does.
 
 use crate::support::bili::{self, Bili};

@@ -1,6 +1,6 @@
 //! shimgate in a real browser (headless Chromium, `support::browser`):
-//! what a web page the user opens can do to it (DESIGN §7), and the panel
-//! (DESIGN §9) shown and steered as a user would.
+//! what a web page the user opens can do to it (`docs/security.md`), and
+//! the panel (`docs/panel.md`) shown and steered as a user would.
 
 use serde_json::json;
 
@@ -227,7 +227,7 @@ async fn the_panel_reads_at_400_routes_and_says_when_a_shim_has_none() {
     let up = Upstream::always(Reply::json(200, "{}")).await;
     let dir = tempdir();
     let file = dir.join("shimgate.toml");
-    // 400 routes on qoder (seed 004's users rotate 384), none on trae.
+    // 400 routes on qoder (users who rotate many keys run hundreds), none on trae.
     // A provider zone that is not the browser's (Asia/Shanghai): the page
     // names it.
     let mut text =

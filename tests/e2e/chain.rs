@@ -502,7 +502,7 @@ async fn a_whole_passthrough_answer_is_logged_ok_never_aborted() {
     assert_eq!(route["failures"], json!({}), "{route}");
 }
 
-// DESIGN §5 "Pass-through": whatever the upstream answers reaches the
+// A pass-through: whatever the upstream answers reaches the
 // client as it is, and 3xx is never a failure (a POST answered 302 was
 // once sent twice and answered 502).
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! Failover that learns (DESIGN §5), through the real binary, on TRAE
+//! Failover that learns (`docs/failover.md`), through the real binary, on TRAE
 //! inference calls in direct mode (the calls whose answers the chain
 //! judges): the route state file across restarts, measured ordering, the
 //! breaker, the retry budget and the hand controls. The rules themselves are table tests on
@@ -625,7 +625,7 @@ async fn a_reset_an_upstream_states_is_honoured_but_capped_at_26_hours() {
 
 #[tokio::test]
 async fn an_http_error_s_business_code_classifies_it_first_and_a_quota_rests_the_route() {
-    // TRAE's 4008 on an HTTP 429 (research/wires.md §1.5): the shim's own
+    // TRAE's 4008 on an HTTP 429 (its quota code): the shim's own
     // table says QUOTA, so the stated reset rests the route (not a rate
     // limit that is retried or left for a moment).
     let message = "Your requests have exceeded the quota. Please try again later.";

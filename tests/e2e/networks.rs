@@ -1,5 +1,5 @@
-//! Reaching the upstreams through the user's network (DESIGN §10
-//! "Networks"): qoder and trae calls through Debian's tinyproxy (HTTP
+//! Reaching the upstreams through the user's network
+//! (`docs/networks.md`): qoder and trae calls through Debian's tinyproxy (HTTP
 //! CONNECT with BasicAuth) and microsocks (SOCKS5 with user/password),
 //! both started here on free loopback ports, with the right and a wrong
 //! password; `socks5h` sending the name unresolved; the environment's

@@ -1,4 +1,4 @@
-//! The endpoints behind the panel (DESIGN §5, §9), through the real
+//! The endpoints behind the panel (`docs/panel.md`), through the real
 //! listeners: the config writes (`POST /routes/{shim}/order`, `POST
 //! /ordering`) keep the user's file and refuse cleanly, restore never
 //! undoes a hand disable, a switch is logged under its conversation and

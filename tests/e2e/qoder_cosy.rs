@@ -1,4 +1,4 @@
-//! The real qoder client's wire (DESIGN §3): an `Encode=1` body and a COSY
+//! The real qoder client's wire (`docs/clients.md`): an `Encode=1` body and a COSY
 //! signature. The ingress decodes the body and folds it; every upstream
 //! attempt is encoded and signed again by the published rule (fresh payload
 //! `requestId`, current `Cosy-Date`) with a fresh ask `request_id`; the

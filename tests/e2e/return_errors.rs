@@ -1,4 +1,4 @@
-//! Errors on the return leg as an OpenAI client expects them (DESIGN §8):
+//! Errors on the return leg as an OpenAI client expects them:
 //! before the first content a failure is an HTTP status with an OpenAI error
 //! body the proxy can act on, carrying in `error.native` what the agent
 //! would have got directly, which the ingress hands the agent in its own

@@ -1,4 +1,4 @@
-//! Secrets an upstream echoes back (DESIGN §7): the exact values of the
+//! Secrets an upstream echoes back (`docs/security.md`): the exact values of the
 //! request's own credential headers are masked in every reason shown
 //! (`/status` `lastError`, `chain.log[].reason`, `chain.calls[].routes[].reason`)
 //! or logged, whatever shape the token has.

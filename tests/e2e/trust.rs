@@ -1,4 +1,4 @@
-//! Loopback trust (DESIGN §7) through the real listeners: a foreign `Host`
+//! Loopback trust (`docs/security.md`) through the real listeners: a foreign `Host`
 //! (DNS rebinding) gets no data from any admin path, a state-changing
 //! request from another origin changes nothing, admin paths never reach an
 //! upstream whatever the method, inference takes any `Host`, and a remote

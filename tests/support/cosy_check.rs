@@ -1,5 +1,5 @@
 //! qoder's server-side checks, written from the published rule
-//! (`research/wires.md` §2.2–§2.3) independently of the code under test:
+//! (the published COSY rule, `docs/clients.md`) independently of the code under test:
 //! the `Encode=1` body encoding, the COSY signature a real client makes,
 //! and [`verify`], the check a scripted qoder upstream runs on every
 //! request. Shared by the qoder crate's tests and the end-to-end tests, so

@@ -6,7 +6,7 @@
 //! the end. Any violation is recorded and fails the test that looks at it.
 //!
 //! `Mode::Bili` behaves as billion-context was measured to
-//! (`research/bili.md` §2, §3.2, §6, §7): content frames pass byte for byte,
+//! (as measured against the real billion-context): content frames pass byte for byte,
 //! the upstream's finish, usage and `[DONE]` frames are swallowed, and it
 //! writes its own `stop` finish with usage and `[DONE]`. It keeps one
 //! session per `hash(Authorization, conversation id)` and compresses only
@@ -154,7 +154,7 @@ pub struct Session {
 }
 
 /// The conversation headers bili reads, first non-empty wins
-/// (`research/bili.md` §6).
+/// (billion-context's own).
 const CONVERSATION_HEADERS: [&str; 7] = [
     "x-claude-code-session-id",
     "x-session-affinity",
@@ -165,7 +165,7 @@ const CONVERSATION_HEADERS: [&str; 7] = [
     "session_id",
 ];
 
-/// The phrases bili's `inspectContextOverflow` looks for (bili.md §7).
+/// The phrases bili's `inspectContextOverflow` looks for.
 const OVERFLOW_PHRASES: [&str; 12] = [
     "context_length_exceeded",
     "context length exceeded",

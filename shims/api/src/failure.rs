@@ -181,15 +181,14 @@ const QUOTA_WORDS: &[&str] = &[
     "insufficient_quota",
     "insufficient credits",
     "insufficient_credits",
-    // Gemini's 429 INSUFFICIENT_G1_CREDITS_BALANCE (research/peers.md).
+    // Gemini's 429 INSUFFICIENT_G1_CREDITS_BALANCE.
     "credits_balance",
     "quota exceeded",
     "quota_exceeded",
     "quota has been exceeded",
     "quota exhausted",
     "quota_exhausted",
-    // TRAE 4008 ("Your requests have exceeded the quota.", research/wires.md
-    // §1.5), OpenAI's 429 insufficient_quota ("You exceeded your current
+    // TRAE 4008 ("Your requests have exceeded the quota."), OpenAI's 429 insufficient_quota ("You exceeded your current
     // quota").
     "exceeded the quota",
     "exceeded your quota",

@@ -249,7 +249,7 @@ fn number(value: &Value) -> Option<f64> {
 mod tests {
     use super::*;
 
-    /// The triple-nested queue throttle (wires.md §2.6).
+    /// The triple-nested queue throttle.
     pub(crate) const QUEUE_BODY: &str = r#"{"code":"403","message":"{\"code\":\"10605\",\"message\":\"{\\\"isQueued\\\":false,\\\"modelKey\\\":\\\"qmodel_38max\\\",\\\"queueCount\\\":0,\\\"queueType\\\":\\\"slow\\\",\\\"retryAfterSeconds\\\":30}\"}"}"#;
 
     #[test]

@@ -1,5 +1,5 @@
 //! The public qoder body encoding (`Encode=1`: base64, a positional
-//! alphabet swap, a rotation; wires.md §2.3) and the test signature made by
+//! alphabet swap, a rotation) and the test signature made by
 //! `tests/support/qoder_codec.py`, as plain functions: a scripted upstream in
 //! tests decodes and checks what the `exec` codec sent.
 //!

@@ -1,5 +1,5 @@
 //! The real qoder client's COSY signature, made again for every upstream
-//! attempt by the published rule (`research/wires.md` §2.2), because a
+//! attempt by the published rule (`docs/clients.md`), because a
 //! rebuilt ask needs a fresh `requestId` and a signature over its own bytes,
 //! and the rule hashes only what the client sent: no secret is needed and
 //! nothing is decrypted (`info` and `Cosy-Key` travel opaque).

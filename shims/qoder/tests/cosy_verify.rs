@@ -1,5 +1,5 @@
 //! An independent check of `cosy::resign`: `cosy_check::verify`
-//! re-implements the published COSY rule (wires.md §2.2) from scratch,
+//! re-implements the published COSY rule from scratch,
 //! calling nothing of the crate's signer, so a slip shared by the signer and
 //! its unit tests still shows here. The same checker runs in the scripted
 //! qoder upstream of the end-to-end tests.

@@ -1,5 +1,5 @@
 //! The one check of bare OpenAI SSE: what the return leg owes a compression
-//! proxy, as the proxy reads it (DESIGN §3: billion-context reads only the
+//! proxy, as the proxy reads it (billion-context reads only the
 //! first `data:` line of an event, merges frames a single `\n` apart into
 //! one unparseable blob and drops frames without `choices`). The tests, the
 //! fuzz targets, the test proxy and `shimgate translate --check` all use it.

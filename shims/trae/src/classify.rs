@@ -1,7 +1,7 @@
 //! Turns a SOLO in-band `error` (a business code inside an HTTP 200 stream)
 //! into the [`Failure`] the chain acts on.
 //!
-//! Code table from `research/wires.md` §1.5 (gurio's real-machine notes).
+//! Code table from notes taken on a real machine against TRAE's service.
 //! Risk-control codes (4011/4013/4015) count as `AUTH`: the account is
 //! flagged, retrying it in place does not help, another route (account) may.
 //! Plan limit 1005 counts as `QUOTA` (the plan's allowance, so the route cools).

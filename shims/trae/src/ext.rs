@@ -9,8 +9,7 @@
 //!   `done`, `error`, unknown events, and `output` frames with nothing to
 //!   stream or an unexpected shape). Their delta is
 //!   `{"role":"assistant","content":""}`, the shape of the role frame that
-//!   billion-context was measured to pass byte for byte (`research/bili.md`
-//!   §2.1), so they survive a proxy that swallows finish, usage, `[DONE]`
+//!   billion-context was measured to pass byte for byte, so they survive a proxy that swallows finish, usage, `[DONE]`
 //!   and error frames. `x_solo` is
 //!   `{"event": NAME | null, "id": ID?, "retry": MS?, "data": JSON}` or
 //!   `..., "text": STRING}` when the event's data is not JSON as

@@ -19,8 +19,8 @@ use shimgate_shim_api::ShimError;
 
 /// Top-level fields restored from the compressed body besides `messages`
 /// and `tools`: what the request asks of the model. Both spellings of the
-/// reasoning effort are kept as the agent wrote them (`research/wires.md`
-/// §5: which one SOLO reads is unverified).
+/// reasoning effort are kept as the agent wrote them (which one SOLO reads
+/// is unverified).
 pub const SAMPLING: &[&str] = &[
     "temperature",
     "top_p",

@@ -116,7 +116,7 @@ fn fold_shows_the_proxy_an_openai_body_without_solo_fields() {
 fn proxy_injected_prompt_tools_and_nudge_survive_restore_in_solo_form() {
     let folded = TraeShim.fold(&fixture("max_mode_request.json")).unwrap();
     let mut openai = folded.openai.value().clone();
-    // What billion-context does (research/bili.md §1.3): tags, its prompt
+    // What billion-context does: tags, its prompt
     // appended to the first system message, its tools, a trailing nudge,
     // stream_options, text-part lists joined with "\n", `name` dropped.
     let messages = openai["messages"].as_array_mut().unwrap();

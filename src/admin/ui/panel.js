@@ -1,4 +1,4 @@
-// shimgate's panel (DESIGN §9). Plain script, no framework and no build
+// shimgate's panel (docs/panel.md). Plain script, no framework and no build
 // step: it reads the JSON endpoints curl uses (/status, /switches) once a
 // second and renders them with small functions; every button is one POST
 // to a documented endpoint, and the page redraws from that POST's answer
@@ -505,7 +505,7 @@ function renderExchanges() {
   }).join("");
 }
 
-// DESIGN §10: times are the browser's; the config zone (the provider's
+// Times are the browser's; the config zone (the provider's
 // day) is named where it differs. "local" is the server's own zone, most
 // often the browser's too (both on this machine).
 function renderZoneNote(zone) {

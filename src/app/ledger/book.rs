@@ -17,7 +17,7 @@ use chrono::NaiveDate;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::chain::rest::Zone;
+use crate::clock::Zone;
 use crate::clock::{epoch_ms, iso8601};
 
 /// How the figures are made, named wherever they are shown (`/status`
@@ -271,15 +271,7 @@ pub fn price(turn: &TurnRecord, ratio: &mut Ratio) -> Figures {
 
 /// The local day `t` falls on in `zone`.
 pub fn local_day(t: SystemTime, zone: Zone) -> NaiveDate {
-    const DAY_MS: i64 = 86_400_000;
-    let ms = i64::try_from(epoch_ms(t)).unwrap_or(i64::MAX);
-    let local = ms.saturating_add(i64::from(zone.offset(t)) * 1000);
-    // 719,163 days from 0001-01-01 (day 1 of the common era) to 1970-01-01.
-    let days = local.div_euclid(DAY_MS) + 719_163;
-    i32::try_from(days)
-        .ok()
-        .and_then(NaiveDate::from_num_days_from_ce_opt)
-        .unwrap_or(NaiveDate::MAX)
+    zone.wall(t).date()
 }
 
 /// How much the book keeps (`[savings]`).

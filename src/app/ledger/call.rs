@@ -20,7 +20,7 @@ use shimgate_shim_api::{Failure, FrameClass, OpenAiBody, StreamTranslator};
 
 use super::book::{Limits, PostResult, TurnRecord, Usage};
 use super::Ledger;
-use crate::chain::rest::Zone;
+use crate::clock::Zone;
 
 /// Characters of what a request asks the model to read: the text of its
 /// `messages` (their string values, each escape read as the character it

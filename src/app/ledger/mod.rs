@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use crate::chain::rest::Zone;
+use crate::clock::Zone;
 use crate::config::Config;
 use book::{Book, Figures, Limits, TurnRecord};
 use call::{Booking, Post, Turn};

@@ -175,12 +175,12 @@ impl Store {
             return;
         };
         let written = match bytes {
-            Ok(bytes) => tokio::task::spawn_blocking(move || {
-                crate::app::route_store::write_atomically(&path, &bytes)
-            })
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r.map_err(|e| e.to_string())),
+            Ok(bytes) => {
+                tokio::task::spawn_blocking(move || crate::os::replace_atomically(&path, &bytes))
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map_err(|e| e.to_string()))
+            }
             Err(e) => Err(e),
         };
         let mut r = self.report();

@@ -1,4 +1,4 @@
-//! What the panel shows of a route beyond its counters (DESIGN §9): its
+//! What the panel shows of a route beyond its counters (`docs/panel.md`): its
 //! last state changes with cause and source (cooled, breaker opened /
 //! half-open / closed, disabled / enabled / pinned / restored by hand),
 //! what it did today (failures and tokens since midnight in the
@@ -15,9 +15,9 @@ use std::time::{Duration, SystemTime};
 use serde_json::{json, Value};
 use shimgate_shim_api::translate::Meter;
 
-use crate::chain::rest::Zone;
 use crate::chain::window;
 use crate::clock::iso8601;
+use crate::clock::Zone;
 
 /// State changes kept per route.
 pub const CHANGES_PER_ROUTE: usize = 12;

@@ -30,19 +30,19 @@ use tokio::sync::Notify;
 
 use crate::chain::breaker::{self, Breaker, Gate, Verdict};
 use crate::chain::budget::RetryBudget;
-use crate::chain::decide::Now;
 use crate::chain::latency::Latency;
 use crate::chain::rank::{self, BreakerView, Order, Reason, Record, View};
-use crate::chain::rest::Zone;
 use crate::chain::window::{self, Standing};
 use crate::clock::iso8601;
+use crate::clock::Now;
+use crate::clock::Zone;
 use crate::config::{BreakerPolicy, Ordering, OrderingMode, RetryPolicy, Route};
 
 /// Attempts kept in the ring log.
 pub const RING_CAPACITY: usize = 200;
 /// Calls kept in the grouped view.
 pub const CALLS_CAPACITY: usize = 50;
-/// Switches kept for `GET /switches` (DESIGN §5).
+/// Switches kept for `GET /switches`.
 pub const SWITCHES_CAPACITY: usize = 500;
 
 /// A call answered by another route than the first one it tried.

@@ -1,5 +1,5 @@
-//! What of the chain's memory outlives a restart (the route state file, DESIGN
-//! §5): per route the counters, the last failure with its class and time,
+//! What of the chain's memory outlives a restart (the route state file,
+//! `docs/failover.md`): per route the counters, the last failure with its class and time,
 //! the cooldown and breaker deadlines as absolute wall times, the disable;
 //! per shim the pin. Latency and ranking samples stay in memory: a stale
 //! window is worse than a short one.
@@ -15,7 +15,7 @@ use shimgate_shim_api::FailureCode;
 
 use super::{ChainState, Cooldown, LastFailure, RouteRuntime};
 use crate::chain::breaker::Breaker;
-use crate::chain::decide::Now;
+use crate::clock::Now;
 use crate::clock::{epoch_ms, iso8601};
 use crate::registry;
 
@@ -261,8 +261,8 @@ fn restore_breaker(b: &BreakerFile, now: Now) -> Breaker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chain::rest::Zone;
     use crate::chain::state::Observed;
+    use crate::clock::Zone;
     use crate::config::{BreakerPolicy, Ordering, Route};
 
     fn route(name: &str) -> Route {

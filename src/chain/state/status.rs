@@ -12,8 +12,8 @@ use super::{
 };
 use crate::chain::breaker::Gate;
 use crate::chain::budget::WINDOW_SECS;
-use crate::chain::decide::Now;
 use crate::chain::rank::{self, Order};
+use crate::clock::Now;
 use crate::clock::{epoch_ms, iso8601};
 use crate::config::{Ordering, Route};
 

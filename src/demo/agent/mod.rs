@@ -59,7 +59,7 @@ pub async fn post(
         let resp = client
             .request(req)
             .await
-            .map_err(|e| format!("request to {url} failed: {}", crate::chain::error_chain(&e)))?;
+            .map_err(|e| format!("request to {url} failed: {}", crate::http::error_chain(&e)))?;
         let (parts, body) = resp.into_parts();
         let body = body
             .collect()

@@ -8,8 +8,8 @@
 //! copied out into one exact-size frame (an SSE piece is a few hundred
 //! bytes), and the chunked framing around it is decoded in place. So a
 //! stream holds no buffer between reads, and a stream waiting for its
-//! next piece costs its socket and a few words (2,000 idle streams,
-//! DESIGN's memory bound); a read costs one small allocation.
+//! next piece costs its socket and a few words (2,000 idle streams
+//! stay within shimgate's memory bound, `docs/security.md`); a read costs one small allocation.
 
 use std::mem::MaybeUninit;
 use std::pin::Pin;

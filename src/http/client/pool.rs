@@ -120,20 +120,9 @@ impl Pool {
 /// itself (a peek that takes nothing), not of the runtime's readiness,
 /// which learns of a close only when the reactor next runs.
 fn still_open(io: &Io) -> bool {
-    use rustix::net::RecvFlags;
     let tcp = match io {
         Io::Tcp(s) => s,
         Io::Tls(s) => s.get_ref().0,
     };
-    // The socket is non-blocking (tokio's); on Unix DONTWAIT says so again
-    // for this call alone, Windows has no such flag and needs none.
-    #[cfg(unix)]
-    let flags = RecvFlags::PEEK | RecvFlags::DONTWAIT;
-    #[cfg(windows)]
-    let flags = RecvFlags::PEEK;
-    let mut byte = [0u8; 1];
-    matches!(
-        rustix::net::recv(tcp, &mut byte[..], flags),
-        Err(rustix::io::Errno::WOULDBLOCK)
-    )
+    crate::os::nothing_to_read(tcp)
 }

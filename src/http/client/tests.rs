@@ -234,7 +234,7 @@ async fn a_cut_or_malformed_body_is_an_error_naming_the_upstream() {
             .await
             .expect("answer");
         let err = text(resp).await.expect_err("a broken body");
-        let chain = crate::chain::error_chain(&err);
+        let chain = crate::http::error_chain(&err);
         assert!(
             chain.starts_with(&format!("the response body broke from http://{}", up.addr)),
             "{chain}"
@@ -324,7 +324,7 @@ async fn heads_long_informational_and_empty() {
     ] {
         let up = script(answer).await;
         let err = client.request(post(up.addr, "/", "")).await.expect_err(why);
-        let chain = crate::chain::error_chain(&err);
+        let chain = crate::http::error_chain(&err);
         assert!(chain.contains(why), "{chain}");
     }
 
@@ -357,7 +357,7 @@ async fn a_refused_connect_is_a_connect_error() {
         .await
         .expect_err("nobody listens");
     assert!(err.is_connect() && err.never_sent());
-    let chain = crate::chain::error_chain(&err);
+    let chain = crate::http::error_chain(&err);
     assert!(
         chain.starts_with(&format!("cannot connect to http://{addr}: ")),
         "{chain}"
@@ -488,7 +488,7 @@ async fn https_with_the_client_s_roots_and_a_kept_connection() {
     let err = stranger.request(req).await.expect_err("unknown issuer");
     assert!(err.is_connect());
     assert!(
-        crate::chain::error_chain(&err).contains("certificate"),
+        crate::http::error_chain(&err).contains("certificate"),
         "{err}"
     );
 }

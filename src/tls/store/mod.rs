@@ -280,13 +280,15 @@ pub(crate) struct PemFile {
 
 impl PemFile {
     pub(crate) fn of(entry: &Entry) -> Result<PemFile, String> {
-        let tag = crate::app::secret_file::random_bytes()
-            .map(|b| crate::app::secret_file::hex(&b[..6]))
-            .map_err(|e| e.to_string())?;
-        let path =
-            std::env::temp_dir().join(format!("shimgate-root-{}-{tag}.pem", std::process::id()));
-        std::fs::write(&path, &entry.pem)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        let written = tempfile::Builder::new()
+            .prefix("shimgate-root-")
+            .suffix(".pem")
+            .tempfile()
+            .and_then(|mut f| {
+                std::io::Write::write_all(&mut f, entry.pem.as_bytes())?;
+                f.keep().map_err(|e| e.error)
+            });
+        let (_, path) = written.map_err(|e| format!("cannot write a temporary PEM: {e}"))?;
         Ok(PemFile { path })
     }
 }

@@ -1,5 +1,5 @@
 """What a web page the user opens can try against shimgate's admin
-surface (DESIGN §7), in a real Chromium:
+surface (docs/security.md), in a real Chromium:
 
 - a page on another loopback port: no-cors fetches and form posts (into
   frames and one top-level) at every control, and cors reads of every

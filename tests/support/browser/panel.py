@@ -1,4 +1,4 @@
-"""The panel in a real Chromium (DESIGN §9), against a running shimgate the
+"""The panel in a real Chromium (docs/panel.md), against a running shimgate the
 Rust test set up (its routes, upstreams and config file in `params`):
 
 - it loads with no console error and no request to another origin;

@@ -2,7 +2,7 @@
 //! ones: for every ask both refuse or both take it, make the same OpenAI
 //! body, and restore (with a fixed id) to the same bytes when the ask was
 //! canonical, to the same JSON otherwise; on the testkit's ask, the
-//! wires.md ask, generated asks and mutations of them.
+//! qodercli ask, generated asks and mutations of them.
 
 use serde_json::{json, Value};
 use shimgate_shim_api::json::parse_keeping_numbers;
@@ -35,7 +35,7 @@ fn testkit_ask(messages: &[Value]) -> Value {
     })
 }
 
-/// The ask of wires.md §2.4 (as `tests.rs`'s sample).
+/// The ask qodercli sends (as `tests.rs`'s sample).
 fn wires_ask() -> Value {
     json!({
         "agent_id": "agent_common",

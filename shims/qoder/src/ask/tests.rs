@@ -6,7 +6,7 @@ use super::*;
 
 const REQUEST_ID: &str = "3f9a1c52-7d4e-4b8a-9c21-5e6f7a8b9c0d";
 
-/// An ask as qodercli sends it (wires.md §2.4), key order kept.
+/// An ask as qodercli sends it, key order kept.
 fn sample_ask() -> Value {
     json!({
         "agent_id": "agent_common",

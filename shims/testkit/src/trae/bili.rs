@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 use shimgate_shim_api::sse::{parse_all, SseEvent};
 
-/// What billion-context does to an OpenAI stream (`research/bili.md` §2):
+/// What billion-context does to an OpenAI stream (measured on the real one):
 /// content frames (a choice with a delta, no finish, no tool calls) pass byte
 /// for byte; finish, usage, `[DONE]`, error and choice-less frames are
 /// swallowed; tool-call fragments come back as one frame with whole calls;

@@ -4,8 +4,7 @@
 //! what a TRAE client makes of a SOLO stream ([`Digest`]) and the check
 //! that the agent got what the upstream sent ([`compare`]), the shim's two
 //! legs over whole streams ([`convert`], [`rebuild`], [`round_trip`]), what
-//! billion-context measurably does to a stream ([`bili()`],
-//! `research/bili.md` §2) and a SOLO stream generator for fuzzing
+//! billion-context measurably does to a stream ([`bili()`]) and a SOLO stream generator for fuzzing
 //! ([`generate()`]).
 
 use serde_json::{json, Value};
