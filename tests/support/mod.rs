@@ -13,9 +13,15 @@ pub mod conversation;
 pub mod cosy_check;
 pub mod external;
 pub mod model;
+pub mod process_tree;
 pub mod proxy;
 pub mod qoder;
+pub mod qoder_cli;
+pub mod qoder_model_server;
+pub mod qoder_world;
+pub mod scripted_https;
 pub mod signal;
+pub mod test_ca;
 pub mod trae;
 pub mod upstream;
 
