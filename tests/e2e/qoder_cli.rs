@@ -84,7 +84,7 @@ async fn run(cli: &Cli, env: &CliEnv, args: &[&str]) -> Run {
 /// The run printed `stdout` exactly, exited with `code`, refused nothing.
 fn assert_run(run: &Run, stdout: &str, code: i32, world: &World) {
     assert!(
-        run.refusals.is_empty(),
+        run.leaks().is_empty(),
         "the CLI tried to leave loopback: {}\nits calls:\n{}",
         run.describe(),
         world.summary()
@@ -122,7 +122,10 @@ async fn the_no_egress_preload_refuses_and_records_every_way_out() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (log, reached) = (dir.path().join("refused.jsonl"), dir.path().join("reached.jsonl"));
+    let (log, reached) = (
+        dir.path().join("refused.jsonl"),
+        dir.path().join("reached.jsonl"),
+    );
     let probe = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/no_egress_probe.cjs");
     // The probe's stand-ins load first: whatever the preload lets through
     // reaches them, never the network.
@@ -139,9 +142,15 @@ async fn the_no_egress_preload_refuses_and_records_every_way_out() {
         .await
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let lines = |text: &str| -> Vec<Value> {
-        text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+        text.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
     };
     let outcomes = lines(&stdout);
     assert_eq!(outcomes.len(), 13, "{stdout}");
@@ -176,7 +185,9 @@ async fn the_no_egress_preload_refuses_and_records_every_way_out() {
         ]
     );
     assert!(
-        refused.iter().all(|r| r["stack"].as_array().is_some_and(|s| !s.is_empty())),
+        refused
+            .iter()
+            .all(|r| r["stack"].as_array().is_some_and(|s| !s.is_empty())),
         "each refusal names where it came from: {refused:?}"
     );
     // Only the loopback attempt got past the preload.
@@ -187,19 +198,23 @@ async fn the_no_egress_preload_refuses_and_records_every_way_out() {
     );
 }
 
+/// Installed without its install script, the CLI runs; `--version` makes
+/// no call at all.
 #[tokio::test]
-async fn the_cli_signs_in_offline_and_prints_its_version_with_nothing_past_loopback() {
+async fn the_cli_installed_without_its_script_prints_its_version() {
     let Some(cli) = qoder_cli::find() else { return };
     let stack = Stack::start(|_, _| model_server::openai_answer(ANSWER)).await;
     let env = stack.http_env();
     let run = run(&cli, &env, &["--version"]).await;
-    assert!(run.refusals.is_empty(), "{}", run.describe());
+    assert!(run.leaks().is_empty(), "{}", run.describe());
     assert_eq!(run.code, Some(0), "{}", run.describe());
-    assert!(
-        run.stdout.contains(qoder_cli::VERSION),
+    assert_eq!(
+        run.stdout,
+        format!("{}\n", qoder_cli::VERSION),
         "{}",
         run.describe()
     );
+    assert!(stack.world.calls().is_empty(), "{}", stack.world.summary());
 }
 
 /// The model-server wire: the CLI prints the scripted answer, the server
@@ -249,12 +264,19 @@ async fn over_the_model_server_wire_the_cli_prints_the_answer_and_continue_sends
         first.elapsed.as_secs_f64(),
         second.elapsed.as_secs_f64()
     );
-    assert!(sizes[0] > 40_000, "the first request is tens of KB: {sizes:?}");
+    assert!(
+        sizes[0] > 40_000,
+        "the first request is tens of KB: {sizes:?}"
+    );
     assert!(sizes[1] > sizes[0], "--continue sends more: {sizes:?}");
     let body = calls[1].request.json();
     let texts = body.to_string();
     assert!(texts.contains("say hi") && texts.contains(ANSWER) && texts.contains("say more"));
-    assert_eq!(body["metadata"]["business"]["product"], "cli", "{:#}", body["metadata"]);
+    assert_eq!(
+        body["metadata"]["business"]["product"], "cli",
+        "{:#}",
+        body["metadata"]
+    );
     let ids: Vec<&str> = calls
         .iter()
         .map(|c| c.request.header("x-session-id").unwrap_or_default())
@@ -264,7 +286,8 @@ async fn over_the_model_server_wire_the_cli_prints_the_answer_and_continue_sends
 }
 
 /// Without the model server's root in NODE_EXTRA_CA_CERTS the CLI refuses
-/// its certificate: it never sends the request, and gives up.
+/// its certificate ("unable to verify the first certificate"), closing the
+/// handshake without an alert; it does not retry that, and ends the run.
 #[tokio::test]
 async fn without_the_ca_the_cli_refuses_the_model_server() {
     let Some(cli) = qoder_cli::find() else { return };
@@ -272,18 +295,20 @@ async fn without_the_ca_the_cli_refuses_the_model_server() {
     let mut env = CliEnv::new(&stack.world.proxy_url(), &stack.world_only);
     env.model_server(&stack.model.host());
     let run = run(&cli, &env, &["-p", "say hi"]).await;
-    assert!(run.refusals.is_empty(), "{}", run.describe());
+    assert_run(
+        &run,
+        "The request could not be completed. Please try again.",
+        1,
+        &stack.world,
+    );
     assert!(stack.model.calls().is_empty(), "no request got through");
     let failures = stack.model.tls_failures();
-    assert!(!failures.is_empty(), "{}", run.describe());
     eprintln!("the model server saw: {failures:?}");
+    assert_eq!(failures.len(), 1, "one handshake, not retried");
     assert!(
-        failures.iter().all(|f| f.contains("UnknownCA")),
-        "{failures:?}"
-    );
-    assert_eq!(run.code, Some(1), "{}", run.describe());
-    assert!(
-        run.stdout.contains("certificate") || run.stderr.contains("certificate"),
+        run.log_errors
+            .iter()
+            .any(|l| l.contains("UNABLE_TO_VERIFY_LEAF_SIGNATURE")),
         "{}",
         run.describe()
     );
@@ -329,7 +354,10 @@ async fn on_the_legacy_transport_the_cli_sends_a_signed_ask_through_the_proxy() 
         plain.len(),
         run.elapsed.as_secs_f64()
     );
-    assert!(stack.model.calls().is_empty(), "nothing on the http transport");
+    assert!(
+        stack.model.calls().is_empty(),
+        "nothing on the http transport"
+    );
 }
 
 fn header_map(call: &Call) -> http::HeaderMap {
@@ -349,7 +377,7 @@ async fn reaction(answer: Reply) -> (Run, Stack) {
     let stack = Stack::start(move |_, _| answer.clone()).await;
     let env = stack.http_env();
     let run = run(&cli, &env, &["-p", "say hi"]).await;
-    assert!(run.refusals.is_empty(), "{}", run.describe());
+    assert!(run.leaks().is_empty(), "{}", run.describe());
     assert_eq!(
         stack.model.problems().concat(),
         Vec::<String>::new(),
@@ -401,4 +429,152 @@ async fn an_envelope_saying_duplicate_request_ends_the_run() {
         &stack.world,
     );
     assert_eq!(stack.model.calls().len(), 1, "not retried");
+}
+
+/// A queued answer (`10605` with a retry-after, three JSON strings deep):
+/// the CLI asks the queue status, then sends its request again (a fresh
+/// `X-Request-ID`) and prints the answer.
+#[tokio::test]
+async fn a_queued_envelope_makes_the_cli_poll_the_queue_then_ask_again() {
+    if qoder_cli::find().is_none() {
+        return;
+    }
+    let queued = serde_json::json!({
+        "code": "403",
+        "message": serde_json::json!({
+            "code": "10605",
+            "message": serde_json::json!({"isQueued": false, "modelKey": "auto", "queueCount": 0, "queueType": "slow", "retryAfterSeconds": 1}).to_string(),
+        }).to_string(),
+    });
+    let cli = qoder_cli::find().unwrap();
+    let stack = Stack::start(move |_, n| match n {
+        0 => error_answer(403, "FORBIDDEN", &queued),
+        _ => model_server::openai_answer(ANSWER),
+    })
+    .await;
+    let run = run(&cli, &stack.http_env(), &["-p", "say hi"]).await;
+    assert_run(&run, &format!("{ANSWER}\n"), 0, &stack.world);
+    assert_eq!(stack.model.calls().len(), 2, "asked again once");
+    assert_eq!(
+        stack.model.problems().concat(),
+        Vec::<String>::new(),
+        "a fresh X-Request-ID"
+    );
+    let polls = stack
+        .world
+        .calls()
+        .into_iter()
+        .filter(|c| c.path().contains("/service/ask/queue/status"))
+        .count();
+    assert!(polls >= 1, "{}", stack.world.summary());
+}
+
+/// The answers the CLI retries: each is sent again up to the retry limit
+/// (`--max-model-request-retries 2` here: three requests; the default is
+/// ten more), then the CLI says why and exits 1.
+async fn retried(answer: Reply) -> (Run, Stack) {
+    let cli = qoder_cli::find().unwrap();
+    let stack = Stack::start(move |_, _| answer.clone()).await;
+    let run = run(
+        &cli,
+        &stack.http_env(),
+        &["--max-model-request-retries", "2", "-p", "say hi"],
+    )
+    .await;
+    assert_eq!(
+        stack.model.problems(),
+        vec![Vec::<String>::new(); 3],
+        "three requests, each with a fresh X-Request-ID"
+    );
+    (run, stack)
+}
+
+#[tokio::test]
+async fn http_429_is_retried_then_reported_as_the_usage_limit() {
+    if qoder_cli::find().is_none() {
+        return;
+    }
+    let (run, stack) = retried(Reply::json_sized(
+        429,
+        &[("retry-after", "1")],
+        r#"{"code":"429","message":"Too many requests"}"#,
+    ))
+    .await;
+    assert_run(
+        &run,
+        "The usage limit has been reached. Please check your quota and try again later.",
+        1,
+        &stack.world,
+    );
+}
+
+#[tokio::test]
+async fn http_500_is_retried_then_reported() {
+    if qoder_cli::find().is_none() {
+        return;
+    }
+    let (run, stack) = retried(Reply::json_sized(
+        500,
+        &[],
+        r#"{"code":"500","message":"Internal error"}"#,
+    ))
+    .await;
+    assert_run(
+        &run,
+        "The request could not be completed. Please try again.",
+        1,
+        &stack.world,
+    );
+}
+
+/// `[EXCEED_QUOTA]…` is read past like `[DONE]`'s neighbours: alone, the
+/// answer has no content, which the CLI retries as an incomplete stream;
+/// before a normal answer, the answer is printed.
+#[tokio::test]
+async fn exceed_quota_alone_is_an_incomplete_answer_the_cli_retries() {
+    if qoder_cli::find().is_none() {
+        return;
+    }
+    let (run, stack) = retried(model_server::sse(&[
+        r#"[EXCEED_QUOTA]{"message":"quota exceeded"}"#.to_owned(),
+    ]))
+    .await;
+    assert_run(
+        &run,
+        "The request could not be completed. Please try again.",
+        1,
+        &stack.world,
+    );
+    assert!(
+        run.log_errors
+            .iter()
+            .any(|l| l.contains(r#"error_code="incomplete_stream""#)),
+        "{}",
+        run.describe()
+    );
+}
+
+#[tokio::test]
+async fn exceed_quota_before_an_answer_is_read_past() {
+    if qoder_cli::find().is_none() {
+        return;
+    }
+    let mut frames = vec![r#"[EXCEED_QUOTA]{"message":"quota exceeded"}"#.to_owned()];
+    frames.extend(model_server::answer_chunks(ANSWER));
+    frames.push("[DONE]".to_owned());
+    let (run, stack) = reaction(model_server::sse(&frames)).await;
+    assert_run(&run, &format!("{ANSWER}\n"), 0, &stack.world);
+}
+
+/// The version `.ci/run` installs, the one the docs show and the one the
+/// tests expect are the same.
+#[test]
+fn the_pinned_version_is_the_same_in_ci_the_docs_and_the_tests() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let pinned = format!("@qoder-ai/qodercli@{}", qoder_cli::VERSION);
+    for file in [".ci/run", "docs/development.md"] {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        assert!(text.contains(&pinned), "{file} does not install {pinned}");
+        assert!(text.contains("--ignore-scripts"), "{file}");
+    }
 }

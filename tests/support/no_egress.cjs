@@ -11,9 +11,11 @@
 // net.Socket.prototype.connect (net.connect, tls.connect, http, https,
 // http2 and undici/fetch all open their sockets with it), dgram sends and
 // connects, dns.lookup and the c-ares resolvers (module functions, the
-// promises API and both Resolver classes). A refused connect fails the way
-// an unreachable host does (ECONNREFUSED on the socket), a refused lookup
-// with ENOTFOUND, so the program goes on and the test sees what it did.
+// promises API and both Resolver classes; these answer a loopback name
+// themselves, since c-ares would ask the name server even for 127.0.0.1).
+// A refused connect fails the way an unreachable host does (ECONNREFUSED
+// on the socket), a refused lookup with ENOTFOUND, so the program goes on
+// and the test sees what it did.
 'use strict';
 
 const fs = require('node:fs');
@@ -145,20 +147,45 @@ const RESOLVERS = [
   'resolveNaptr', 'resolveNs', 'resolvePtr', 'resolveSoa', 'resolveSrv', 'resolveTxt', 'reverse',
 ];
 
-/** A resolver function that refuses, callback style or promise style. */
+/**
+ * What a resolver says for a loopback name without asking any server: the
+ * address itself for its own family (`localhost` is 127.0.0.1 and ::1),
+ * else "no data".
+ */
+function loopbackAnswer(name, hostname) {
+  const h = String(hostname).toLowerCase();
+  const v4 = net.isIP(h) === 4 ? h : h === 'localhost' ? '127.0.0.1' : null;
+  const v6 = net.isIP(h) === 6 ? h : h === 'localhost' ? '::1' : null;
+  const found = name === 'resolve6' ? v6 : name === 'resolve4' || name === 'resolve' ? v4 : null;
+  if (found) return [null, [found]];
+  const err = new Error(`query${name} ENODATA ${hostname}`);
+  err.code = 'ENODATA';
+  return [err, undefined];
+}
+
+/**
+ * A resolver function, callback style or promise style, that answers
+ * loopback names itself (a c-ares query for any name goes to the
+ * configured name servers) and refuses every other name.
+ */
 function refusingResolver(name, promised) {
   return function refused(hostname, ...rest) {
-    record(`dns-${name}`, hostname, null);
-    const err = refusal('ENOTFOUND', `query${name}`, hostname);
-    if (promised) return Promise.reject(err);
+    let outcome;
+    if (isLoopback(hostname)) {
+      outcome = loopbackAnswer(name, hostname);
+    } else {
+      record(`dns-${name}`, hostname, null);
+      outcome = [refusal('ENOTFOUND', `query${name}`, hostname), undefined];
+    }
+    const [err, answer] = outcome;
+    if (promised) return err ? Promise.reject(err) : Promise.resolve(answer);
     const cb = rest.reverse().find((a) => typeof a === 'function');
-    if (cb) process.nextTick(() => cb(err));
+    if (cb) process.nextTick(() => cb(err, answer));
     return undefined;
   };
 }
 
 for (const name of RESOLVERS) {
-  // A c-ares query goes to the configured name servers whatever the name: all refused.
   if (typeof dns[name] === 'function') dns[name] = refusingResolver(name, false);
   if (typeof dns.Resolver.prototype[name] === 'function') dns.Resolver.prototype[name] = refusingResolver(name, false);
   if (typeof dns.promises[name] === 'function') dns.promises[name] = refusingResolver(name, true);

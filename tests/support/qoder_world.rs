@@ -20,6 +20,9 @@
 //!   the default transport, `legacy`);
 //! - `GET openapi.qoder.sh/api/v1/qcs/config/stream` → an SSE stream held
 //!   open (it reconnects when it ends);
+//! - `GET api2.qoder.sh/algo/api/v2/service/ask/queue/status` (polled
+//!   after a model answer said "queued") → `{"isQueued": false,
+//!   "serviceAvailable": true}`: the CLI sends its request again;
 //! - the rest: `openapi.qoder.sh/api/v3/user/status`,
 //!   `center.qoder.sh/algo/api/v{3,5}/service/region/endpoints` and
 //!   `/algo/api/v1/tracking`, `api2.qoder.sh/algo/api/v2/model/list` (an
@@ -137,11 +140,12 @@ impl World {
             .iter()
             .map(|c| {
                 format!(
-                    "{} {} {} ({} bytes)",
+                    "{} {} {} ({} bytes, {})",
                     c.host,
                     c.request.method,
                     c.path(),
-                    c.request.body.len()
+                    c.request.body.len(),
+                    c.via
                 )
             })
             .collect::<Vec<_>>()
@@ -184,7 +188,11 @@ impl World {
         ca: Arc<TestCa>,
     ) -> Response<http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, std::io::Error>> {
         if req.method() == Method::CONNECT {
-            let target = req.uri().authority().map(|a| a.to_string()).unwrap_or_default();
+            let target = req
+                .uri()
+                .authority()
+                .map(|a| a.to_string())
+                .unwrap_or_default();
             self.connects.lock().unwrap().push(target.clone());
             let upgrade = hyper::upgrade::on(&mut req);
             let world = self.clone();
@@ -235,8 +243,14 @@ impl World {
         };
         let world = self.clone();
         let script: Arc<Script> = Arc::new(move |call: &Call, n| world.answer(call, n));
-        scripted_https::serve(tls, strip_default_port(target), "tunnel", self.log.clone(), script)
-            .await;
+        scripted_https::serve(
+            tls,
+            strip_default_port(target),
+            "tunnel",
+            self.log.clone(),
+            script,
+        )
+        .await;
     }
 }
 
@@ -250,7 +264,8 @@ fn strip_default_port(host: &str) -> String {
 
 /// The legacy model call (`agent_chat_generation`).
 pub fn is_legacy_ask(call: &Call) -> bool {
-    call.path().contains("/service/pro/sse/agent_chat_generation")
+    call.path()
+        .contains("/service/pro/sse/agent_chat_generation")
 }
 
 /// Hosts whose unknown calls get `{}`: qoder's services and Aliyun's
@@ -287,6 +302,9 @@ pub fn default_answer(call: &Call) -> Reply {
     }
     if path.starts_with("/api/v1/qcs/config/stream") {
         return Reply::sse().hold();
+    }
+    if path.contains("/service/ask/queue/status") {
+        return json(serde_json::json!({"isQueued": false, "serviceAvailable": true}).to_string());
     }
     if is_service_host(&call.host) {
         return json("{}".to_owned());

@@ -60,9 +60,8 @@ impl Log {
 }
 
 /// The response body: frames sent by a task that plays the reply's steps.
-type Body = StreamBody<
-    futures_util::stream::BoxStream<'static, Result<Frame<Bytes>, std::io::Error>>,
->;
+type Body =
+    StreamBody<futures_util::stream::BoxStream<'static, Result<Frame<Bytes>, std::io::Error>>>;
 
 /// Serves HTTP/1.1 on `io` until the peer closes: each request is
 /// recorded as a call for `host` and answered by `script`.
@@ -84,11 +83,7 @@ where
 }
 
 /// Reads a whole request (any framing) into a [`Call`].
-pub async fn record(
-    req: Request<hyper::body::Incoming>,
-    host: String,
-    via: &'static str,
-) -> Call {
+pub async fn record(req: Request<hyper::body::Incoming>, host: String, via: &'static str) -> Call {
     let (parts, body) = req.into_parts();
     let body = body
         .collect()
@@ -130,7 +125,10 @@ pub fn respond(reply: Reply) -> Response<Body> {
     let mut steps = reply.steps.into_iter();
     let (status, headers) = match steps.next() {
         Some(Step::Head(status, headers)) => (status, headers),
-        _ => (500, vec![("content-type".to_owned(), "text/plain".to_owned())]),
+        _ => (
+            500,
+            vec![("content-type".to_owned(), "text/plain".to_owned())],
+        ),
     };
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(16);
     let rest: Vec<Step> = steps.collect();
@@ -158,9 +156,7 @@ pub fn respond(reply: Reply) -> Response<Body> {
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|item| (item, rx))
     });
-    let mut response = Response::new(StreamBody::new(
-        futures_util::StreamExt::boxed(stream),
-    ));
+    let mut response = Response::new(StreamBody::new(futures_util::StreamExt::boxed(stream)));
     *response.status_mut() = http::StatusCode::from_u16(status).unwrap();
     for (k, v) in headers {
         // hyper frames the body itself (chunked unless a length is given).

@@ -11,9 +11,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose,
-};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use tokio_rustls::rustls::{self, pki_types};
 use tokio_rustls::TlsAcceptor;
 
@@ -31,9 +29,12 @@ impl TestCa {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "shimgate tests: Qoder CLI world");
+        // A name of its own: a verifier finds a leaf's issuer by name, and
+        // a bundle may hold several of these roots.
+        params.distinguished_name.push(
+            DnType::CommonName,
+            format!("shimgate test CA {:016x}", fastrand::u64(..)),
+        );
         let root = params.self_signed(&key).unwrap();
         Arc::new(TestCa {
             root_pem: pem("CERTIFICATE", root.der()),
@@ -83,6 +84,7 @@ impl TestCa {
         params
             .distinguished_name
             .push(DnType::OrganizationName, "shimgate tests");
+        params.use_authority_key_identifier_extension = true;
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
         let leaf = params.signed_by(&leaf_key, &self.issuer).unwrap();
