@@ -8,8 +8,9 @@
 //! prints and its exit code for each answer form are asserted here: they
 //! are what shimgate must keep when it stands between the CLI and qoder.
 //!
-//! Each CLI run takes 15-40 s on two cores (loading its 33 MB bundle is
-//! most of it); at most two run at once ([`RUNS`]).
+//! Each CLI run takes 12-40 s on two cores (loading its 33 MB bundle is
+//! most of it; over 100 s when other builds share the cores); at most two
+//! run at once ([`RUNS`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,8 +28,9 @@ use crate::support::test_ca::TestCa;
 /// CLI runs at once, across these tests (two cores).
 static RUNS: Semaphore = Semaphore::const_new(2);
 
-/// The hard limit of one CLI run (it retries some failures without end).
-const TIMEOUT: Duration = Duration::from_secs(150);
+/// The hard limit of one CLI run (it retries some failures without end,
+/// and a run took 110 s on two cores under a load of 13).
+const TIMEOUT: Duration = Duration::from_secs(240);
 
 /// What the scripted model answers.
 const ANSWER: &str = "Hi from the scripted model server.";
@@ -98,7 +100,8 @@ fn assert_run(run: &Run, stdout: &str, code: i32, world: &World) {
     );
 }
 
-/// The calls every run makes to sign in and set up, by host and path.
+/// The CLI signed in through the world (so it trusted the world's CA)
+/// with the test token.
 fn assert_signed_in(world: &World) {
     let calls = world.calls();
     let userinfo = calls
@@ -108,11 +111,6 @@ fn assert_signed_in(world: &World) {
     assert_eq!(
         userinfo.request.header("authorization"),
         Some(format!("Bearer {TOKEN}").as_str())
-    );
-    assert!(
-        world.tls_failures().is_empty(),
-        "{:?}",
-        world.tls_failures()
     );
 }
 
@@ -219,13 +217,16 @@ async fn the_cli_installed_without_its_script_prints_its_version() {
 
 /// The model-server wire: the CLI prints the scripted answer, the server
 /// saw one valid request (about 80 KB); `--continue` sends a longer one.
-/// The second answer comes in qoder envelopes with the sentinels the CLI
-/// reads past (`[NOT_EXCEED_QUOTA]`, `[NOTIFICATIONS]#…`): the same text.
+/// The first answer's body stays open after `data: [DONE]` (the CLI stops
+/// reading there); the second comes in qoder envelopes, with the sentinels
+/// the CLI reads past (`[NOT_EXCEED_QUOTA]`, `[NOTIFICATIONS]#…`), and
+/// ends with the body (after an envelope of `[DONE]` the CLI reads on
+/// until the body ends: measured, it waits out a 150 s test limit).
 #[tokio::test]
 async fn over_the_model_server_wire_the_cli_prints_the_answer_and_continue_sends_more() {
     let Some(cli) = qoder_cli::find() else { return };
     let stack = Stack::start(|_, n| match n {
-        0 => model_server::openai_answer(ANSWER),
+        0 => model_server::openai_answer_held(ANSWER),
         _ => {
             let mut frames = vec![
                 "[NOT_EXCEED_QUOTA]".to_owned(),
@@ -321,6 +322,9 @@ async fn without_the_ca_the_cli_refuses_the_model_server() {
 async fn on_the_legacy_transport_the_cli_sends_a_signed_ask_through_the_proxy() {
     let Some(cli) = qoder_cli::find() else { return };
     let stack = Stack::start(|_, _| model_server::openai_answer(ANSWER)).await;
+    stack.world.route(qoder_world::is_legacy_ask, |_, _| {
+        qoder_world::legacy_answer(qoder_world::LEGACY_TEXT)
+    });
     let env = CliEnv::new(&stack.world.proxy_url(), &stack.bundle);
     let run = run(&cli, &env, &["-p", "say hi"]).await;
     assert_run(

@@ -175,6 +175,17 @@ pub fn envelope(status: u16, status_code: &str, body: &str) -> String {
         .to_string()
 }
 
+/// [`openai_answer`] with the body kept open after `data: [DONE]` until
+/// the client goes.
+pub fn openai_answer_held(text: &str) -> Reply {
+    let mut payloads = answer_chunks(text);
+    payloads.push("[DONE]".to_owned());
+    payloads
+        .iter()
+        .fold(Reply::sse(), |r, p| r.chunk(format!("data: {p}\n\n")))
+        .hold()
+}
+
 /// The same answer as [`openai_answer`], each chunk in a 200 envelope,
 /// ending with an envelope of `[DONE]`.
 pub fn envelope_answer(text: &str) -> Reply {

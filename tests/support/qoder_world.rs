@@ -59,8 +59,9 @@ pub struct World {
     pub addr: std::net::SocketAddr,
     log: Log,
     routes: Arc<Mutex<Vec<Route>>>,
-    /// Hosts whose TLS handshake failed inside a `CONNECT`, with the error
-    /// (a client that does not trust the test CA says so here).
+    /// Hosts whose TLS handshake failed inside a `CONNECT`, with the error:
+    /// a client that does not trust the test CA (Node closes without an
+    /// alert: "tls handshake eof"), or one that gave up mid-handshake.
     tls_failures: Arc<Mutex<Vec<(String, String)>>>,
     /// `CONNECT` targets, in order.
     connects: Arc<Mutex<Vec<String>>>,
@@ -133,9 +134,14 @@ impl World {
         self.tls_failures.lock().unwrap().clone()
     }
 
-    /// `host method path` of every call, one a line (for failure messages
-    /// and the report of what the CLI called).
+    /// `host method path` of every call, one a line, then the failed
+    /// handshakes (for failure messages and the report of what the CLI
+    /// called).
     pub fn summary(&self) -> String {
+        let failed = self
+            .tls_failures()
+            .into_iter()
+            .map(|(host, e)| format!("{host}: TLS failed: {e}"));
         self.calls()
             .iter()
             .map(|c| {
@@ -148,6 +154,7 @@ impl World {
                     c.via
                 )
             })
+            .chain(failed)
             .collect::<Vec<_>>()
             .join("\n")
     }
@@ -313,7 +320,9 @@ pub fn default_answer(call: &Call) -> Reply {
 }
 
 /// A legacy answer saying `text`: qoder envelopes (role, text, finish,
-/// usage, `body:"[DONE]"`), then the body ends.
+/// usage, `body:"[DONE]"`), then the body ends. (The CLI reads on after
+/// an envelope of `[DONE]` until the body ends: held open, as
+/// `shimgate_testkit::qoder::answer` holds it, the run never finishes.)
 pub fn legacy_answer(text: &str) -> Reply {
     shimgate_testkit::qoder::answer_frames(text, 100)
         .into_iter()
