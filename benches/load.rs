@@ -13,7 +13,7 @@
 //! `--path compressor|bare|direct|both` `--phases
 //! soak,latency,streams,idle` `--big-streams N` `--streams-direct`
 //! `--samples N` `--idle-sockets N` `--rss-sockets N` `--seed N`
-//! `--question-chars N` (`-- --help` describes them).
+//! `--question-chars N` `--tls` (`-- --help` describes them).
 //! `SHIMGATE_BIN` overrides the binary.
 //! Figures and method: `benches/README.md`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -57,10 +57,14 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
-    if let [_, flag, upstream] = argv.as_slice() {
-        if flag == "--forwarder" {
-            forwarder::serve_forever(upstream.clone());
+    match argv.as_slice() {
+        [_, flag, upstream] if flag == "--forwarder" => {
+            forwarder::serve_forever(upstream.clone(), None);
         }
+        [_, flag, upstream, tls, state] if flag == "--forwarder" && tls == "--tls" => {
+            forwarder::serve_forever(upstream.clone(), Some(state.into()));
+        }
+        _ => {}
     }
     // `cargo test --all-targets` runs bench binaries too, in a debug build
     // and without `--bench`: a soak timed for release builds means nothing

@@ -6,8 +6,8 @@
 //! headers, the upstream client), `chain` (the failover core), `app` (the
 //! state every listener shares: live config, rid registry, proxy identity,
 //! counters), `host` (the runtime side of each shim: ingress, return leg,
-//! codecs), `admin` (`/status`, `/metrics`, reload), `server` (listeners and
-//! dispatch), `cmd` (subcommands); `compressor` and `demo` sit on the side.
+//! codecs), `tls` (the local CA and TLS on the listeners), `admin` (`/status`,
+//! `/metrics`, reload), `server` (listeners and dispatch), `cmd` (subcommands); `compressor` and `demo` sit on the side.
 
 pub mod admin;
 pub mod app;
@@ -22,3 +22,4 @@ pub mod host;
 pub mod http;
 pub mod registry;
 pub mod server;
+pub mod tls;

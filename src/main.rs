@@ -15,6 +15,7 @@ fn main() -> ExitCode {
         Command::CheckConfig { file } => serve::check_config(&file),
         Command::Paths { config } => shimgate::cmd::paths::run(config.as_deref()),
         Command::Autostart { action } => shimgate::cmd::autostart::run(action),
+        Command::Ca { action } => shimgate::cmd::ca::run(action),
         Command::Frames { include_incomplete } => {
             shimgate::cmd::frames::run_stdio(include_incomplete)
         }

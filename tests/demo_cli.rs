@@ -47,6 +47,13 @@ fn twenty_turns_exit_0_and_fold_on_both_shims() {
     assert!(field(summary, "qoder folded") > 0, "{stdout}");
     assert!(field(summary, "trae folded") > 0, "{stdout}");
     assert!(field(summary, "saved") > 0, "{summary}");
+    // It ends with the net figure: tokens saved net of the compressor's
+    // own calls, as the providers counted them.
+    assert!(field(summary, "net") > 0, "{summary}");
+    assert!(
+        stdout.contains("tokens (the providers' own counts; the agents' estimated from them):"),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("all 20 turns answered as scripted"),
         "{stdout}"

@@ -1,6 +1,7 @@
 //! The agent's HTTP side: one keep-alive HTTP/1.1 connection per virtual
-//! agent (reopened when a cut stream closed it), TCP_NODELAY, and body
-//! readers that either collect the answer or time each numbered piece.
+//! agent (reopened when a cut stream closed it), TCP_NODELAY, TLS when
+//! asked (trusting the local CA's root only), and body readers that either
+//! collect the answer or time each numbered piece.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -15,16 +16,58 @@ use tokio::net::TcpStream;
 
 use shimgate_testkit::upstream::now_ns;
 
+/// What an agent speaking TLS connects with: rustls trusting the local
+/// CA's root alone, ALPN http/1.1, on ring as shimgate.
+pub struct TlsClient {
+    connector: tokio_rustls::TlsConnector,
+}
+
+impl TlsClient {
+    /// A client trusting the root PEM at `root`.
+    pub fn trusting(root: &std::path::Path) -> std::sync::Arc<TlsClient> {
+        use tokio_rustls::rustls::pki_types::pem::PemObject as _;
+        use tokio_rustls::rustls::pki_types::CertificateDer;
+        let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(root).expect("root PEM") {
+            roots.add(c.expect("certificate")).expect("root");
+        }
+        let provider = std::sync::Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+        let mut config = tokio_rustls::rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        std::sync::Arc::new(TlsClient {
+            connector: tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)),
+        })
+    }
+}
+
 /// One agent connection.
 pub struct Conn {
     addr: SocketAddr,
     sender: Option<SendRequest<Full<Bytes>>>,
+    tls: Option<std::sync::Arc<TlsClient>>,
 }
 
 impl Conn {
     /// A connection to `addr`, opened on first use.
     pub fn new(addr: SocketAddr) -> Conn {
-        Conn { addr, sender: None }
+        Conn {
+            addr,
+            sender: None,
+            tls: None,
+        }
+    }
+
+    /// The same over TLS (the address as the name: no SNI, a leaf for the IP).
+    pub fn tls(addr: SocketAddr, client: std::sync::Arc<TlsClient>) -> Conn {
+        Conn {
+            addr,
+            sender: None,
+            tls: Some(client),
+        }
     }
 
     async fn ready(&mut self) -> Result<&mut SendRequest<Full<Bytes>>, String> {
@@ -37,12 +80,34 @@ impl Conn {
                 .await
                 .map_err(|e| format!("connect {}: {e}", self.addr))?;
             let _ = tcp.set_nodelay(true);
-            let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-                .await
-                .map_err(|e| format!("handshake: {e}"))?;
-            tokio::spawn(async move {
-                let _ = conn.await;
-            });
+            let sender = match &self.tls {
+                None => {
+                    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+                        .await
+                        .map_err(|e| format!("handshake: {e}"))?;
+                    tokio::spawn(async move {
+                        let _ = conn.await;
+                    });
+                    sender
+                }
+                Some(client) => {
+                    let name = tokio_rustls::rustls::pki_types::ServerName::IpAddress(
+                        self.addr.ip().into(),
+                    );
+                    let tls = client
+                        .connector
+                        .connect(name, tcp)
+                        .await
+                        .map_err(|e| format!("TLS handshake: {e}"))?;
+                    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+                        .await
+                        .map_err(|e| format!("handshake: {e}"))?;
+                    tokio::spawn(async move {
+                        let _ = conn.await;
+                    });
+                    sender
+                }
+            };
             self.sender = Some(sender);
         }
         self.sender

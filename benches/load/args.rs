@@ -48,6 +48,9 @@ pub struct Args {
     pub question_chars: usize,
     /// Calls per case and mode of the profile phase.
     pub profile_calls: usize,
+    /// The latency phase over TLS: the agents speak TLS to shimgate and
+    /// to the bare forwarder (which then serves TLS too, same crypto).
+    pub tls: bool,
 }
 
 /// A soak leg, as `--path` names it.
@@ -150,6 +153,11 @@ struct Cli {
     /// Calls per case and mode of the profile phase (each under callgrind).
     #[arg(long, value_name = "N", default_value_t = 200)]
     profile_calls: usize,
+    /// The latency phase over TLS: agents speak TLS to shimgate (under its
+    /// local CA) and to the bare forwarder, which serves TLS too with a
+    /// leaf of the same CA and the same rustls config.
+    #[arg(long)]
+    tls: bool,
     /// Passed by `cargo bench`; nothing to do here.
     #[arg(long, hide = true)]
     bench: bool,
@@ -223,6 +231,7 @@ impl From<Cli> for Args {
             seed: cli.seed,
             question_chars: cli.question_chars,
             profile_calls: cli.profile_calls,
+            tls: cli.tls,
         }
     }
 }

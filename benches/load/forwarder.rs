@@ -1,7 +1,9 @@
 //! The yardstick: a bare hyper forwarding proxy with nothing but what any
 //! HTTP/1.1 proxy must do (pooled keep-alive client, TCP_NODELAY, hop-by-hop
 //! headers dropped, bodies streamed both ways untouched). shimgate's added
-//! latency is judged against this, in the same run.
+//! latency is judged against this, in the same run. For the TLS variant it
+//! serves TLS with a leaf of shimgate's local CA, minted once by the same
+//! code and presented through the same rustls config as shimgate's.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -34,20 +36,37 @@ const HOP_BY_HOP: [&str; 8] = [
 /// thread, tokio's current-thread scheduler; `benches/README.md`,
 /// "2026-12-02 (16:00 UTC)" and "(20:40 UTC)"), so that shimgate gains
 /// nothing on the ratio from a setting the yardstick lacks.
-pub fn serve_forever(upstream: String) -> ! {
+pub fn serve_forever(upstream: String, tls_state: Option<std::path::PathBuf>) -> ! {
     let runtime =
         shimgate::cmd::serve::runtime(shimgate::config::DEFAULT_WORKERS).expect("runtime");
     runtime.block_on(async move {
-        let addr = start(upstream).await;
+        let tls = tls_state.map(|state| acceptor(&state));
+        let addr = start_with(upstream, tls).await;
         println!("listening {addr}");
         std::future::pending::<()>().await;
     });
     std::process::exit(0)
 }
 
+/// A TLS acceptor presenting a leaf for 127.0.0.1 from the local CA in
+/// the state dir `state` (shimgate's own minting and server config).
+fn acceptor(state: &std::path::Path) -> tokio_rustls::TlsAcceptor {
+    use shimgate::tls::{ca, leaf, names::LeafName};
+    let authority = ca::load(&ca::CaFiles::in_state_dir(state)).expect("the bench's local CA");
+    let ip = std::net::IpAddr::from([127, 0, 0, 1]);
+    let leaf =
+        leaf::mint(&authority, &LeafName::Ip(ip), std::time::SystemTime::now()).expect("leaf");
+    tokio_rustls::TlsAcceptor::from(leaf.config.clone())
+}
+
 /// Starts a forwarder in front of `upstream` (`http://host:port`); returns
 /// its address.
 pub async fn start(upstream: String) -> SocketAddr {
+    start_with(upstream, None).await
+}
+
+/// [`start`], serving TLS through `tls` when given.
+async fn start_with(upstream: String, tls: Option<tokio_rustls::TlsAcceptor>) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let mut http = HttpConnector::new();
@@ -64,19 +83,35 @@ pub async fn start(upstream: String) -> SocketAddr {
             let _ = stream.set_nodelay(true);
             let client = client.clone();
             let upstream = upstream.clone();
+            let tls = tls.clone();
             tokio::spawn(async move {
-                let service = service_fn(move |req| {
-                    let client = client.clone();
-                    let upstream = upstream.clone();
-                    async move { Ok::<_, Infallible>(forward(&client, &upstream, req).await) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+                match tls {
+                    Some(acceptor) => {
+                        if let Ok(stream) = acceptor.accept(stream).await {
+                            serve_conn(stream, client, upstream).await;
+                        }
+                    }
+                    None => serve_conn(stream, client, upstream).await,
+                }
             });
         }
     });
     addr
+}
+
+/// HTTP/1.1 on one connection, plain or TLS.
+async fn serve_conn<S>(stream: S, client: Client<HttpConnector, Incoming>, upstream: String)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req| {
+        let client = client.clone();
+        let upstream = upstream.clone();
+        async move { Ok::<_, Infallible>(forward(&client, &upstream, req).await) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
 }
 
 async fn forward(

@@ -317,8 +317,18 @@ async fn compressor_with(upstream: &str, threshold_chars: usize, pass_through: b
 /// executable again, `--forwarder URL`), so it pays the same process and
 /// scheduling costs as shimgate.
 pub async fn bare_forwarder(upstream: &str) -> Proc {
+    bare_forwarder_with(upstream, None).await
+}
+
+/// The bare forwarder, serving TLS with a leaf of the local CA in
+/// `tls_state` (a state dir) when given.
+pub async fn bare_forwarder_with(upstream: &str, tls_state: Option<&std::path::Path>) -> Proc {
     let exe = std::env::current_exe().expect("own executable");
-    let args = vec!["--forwarder".to_string(), upstream.to_string()];
+    let mut args = vec!["--forwarder".to_string(), upstream.to_string()];
+    if let Some(state) = tls_state {
+        args.push("--tls".into());
+        args.push(state.display().to_string());
+    }
     let log = scratch().join(numbered("forwarder"));
     Proc::spawn(&exe, &args, 1, log, "error").await
 }

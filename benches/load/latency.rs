@@ -22,6 +22,13 @@
 //! send time on the bench's own clock, so per-piece delays need no
 //! subtraction.
 //!
+//! **TLS** (`--tls`): the same, with the agents speaking TLS to shimgate
+//! (under its local CA, made in the bench's scratch folder) and to the
+//! bare forwarder, which then serves TLS with a leaf of the same CA,
+//! minted once by the same code and presented by the same rustls config;
+//! the reference (straight to the upstream) stays plain, so each added
+//! figure holds the TLS hop of its mode. The plain proxy is left out.
+//!
 //! The verdict: at concurrency 1, each of shimgate's figures over the bare
 //! forwarder's of the same run — added p99 of the call, added TTFT p99 and
 //! added per-piece delay p50 of each wire, CPU per streamed answer — at
@@ -35,7 +42,7 @@ use bytes::Bytes;
 use http::Method;
 use serde_json::json;
 
-use super::agent::{collect, timed, Conn};
+use super::agent::{collect, timed, Conn, TlsClient};
 use super::findings::Findings;
 use super::gate::{self, Proc};
 use super::host;
@@ -100,6 +107,8 @@ pub enum Mode {
 
 const DIRECT_MODES: [Mode; 4] = [Mode::Direct, Mode::Bare, Mode::Proxy, Mode::Shimgate];
 const COMPRESSOR_MODES: [Mode; 3] = [Mode::Direct, Mode::Bare, Mode::Shimgate];
+/// Direct path over TLS: no plain proxy (it serves no TLS).
+const DIRECT_TLS_MODES: [Mode; 3] = [Mode::Direct, Mode::Bare, Mode::Shimgate];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Case {
@@ -152,6 +161,8 @@ pub struct LatencyReport {
 
 struct Row {
     path: LatPath,
+    /// The agents spoke TLS to the forwarder and to shimgate.
+    tls: bool,
     case: Case,
     level: usize,
     modes: &'static [Mode],
@@ -170,6 +181,15 @@ struct Row {
 }
 
 impl Row {
+    /// The path's name, `tls` after it for the TLS variant.
+    fn label(&self) -> String {
+        if self.tls {
+            format!("{} tls", self.path.name())
+        } else {
+            self.path.name().to_owned()
+        }
+    }
+
     fn added(&self, m: &HashMap<Mode, Summary>, mode: Mode) -> (i64, i64) {
         let d = m[&Mode::Direct];
         let x = m[&mode];
@@ -243,7 +263,7 @@ impl LatencyReport {
             };
             println!(
                 "| {} | {} {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                r.path.name(),
+                r.label(),
                 r.case.name(),
                 if r.case == Case::Call {
                     "(whole answer)"
@@ -289,7 +309,7 @@ impl LatencyReport {
             };
             println!(
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                r.path.name(),
+                r.label(),
                 r.case.name(),
                 r.level,
                 d(Mode::Direct),
@@ -319,7 +339,7 @@ impl LatencyReport {
             };
             println!(
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                r.path.name(),
+                r.label(),
                 r.case.name(),
                 cell(&r.request_leg, Mode::Direct),
                 cell(&r.request_leg, Mode::Bare),
@@ -344,7 +364,7 @@ impl LatencyReport {
             };
             println!(
                 "| {} | {} | {} | {} | {} | {} |",
-                r.path.name(),
+                r.label(),
                 r.case.name(),
                 r.level,
                 k(Mode::Bare),
@@ -412,7 +432,7 @@ impl LatencyReport {
 /// pieces each: at 3,000, 1,000 answers a mode and wire, so a TTFT p99 is
 /// the tenth-worst figure, not the third; `benches/README.md`,
 /// "2026-12-03 issue 24").
-pub async fn run(samples: usize, paths: &[LatPath]) -> LatencyReport {
+pub async fn run(samples: usize, paths: &[LatPath], tls: bool) -> LatencyReport {
     let up = Upstream::start_with(
         Options {
             record: false,
@@ -423,19 +443,37 @@ pub async fn run(samples: usize, paths: &[LatPath]) -> LatencyReport {
     .await;
     let mut rows = Vec::new();
     let mut rss_kib = 0;
+    // TLS: the local CA in a state dir of the scratch folder, made before
+    // shimgate and the forwarder start (they both read it), and an agent
+    // side that trusts its root alone.
+    let tls = tls.then(|| {
+        let state = gate::scratch().join("tls-state");
+        let config = shimgate::config::Config {
+            state_dir: state.clone(),
+            ..Default::default()
+        };
+        let info = shimgate::tls::ensure_ca(&config).expect("the bench's local CA");
+        (state, TlsClient::trusting(&info.root_pem))
+    });
+    let state = tls.as_ref().map(|(s, _)| s.as_path());
+    let client = tls.as_ref().map(|(_, c)| c.clone());
     let ticks_before = host::cpu_ticks();
     if paths.contains(&LatPath::Direct) {
-        let bare = gate::bare_forwarder(&up.url()).await;
+        let bare = gate::bare_forwarder_with(&up.url(), state).await;
         let gate = gate::serve(
             "latency",
-            &gate_toml(&up.url(), gate::free_port(), None),
+            &gate_toml_with(&up.url(), gate::free_port(), None, state),
             "error",
         )
         .await;
         let proxy = gate::compressor(&up.url(), 1_000_000).await;
         let lineup = Lineup {
             path: LatPath::Direct,
-            modes: &DIRECT_MODES,
+            modes: if client.is_some() {
+                &DIRECT_TLS_MODES
+            } else {
+                &DIRECT_MODES
+            },
             direct: up.addr,
             bare: bare.addr(""),
             proxy: Some(proxy.addr("")),
@@ -446,6 +484,7 @@ pub async fn run(samples: usize, paths: &[LatPath]) -> LatencyReport {
                 (Mode::Proxy, vec![&proxy]),
                 (Mode::Shimgate, vec![&gate]),
             ]),
+            tls: client.clone(),
         };
         for level in [1, 64] {
             for case in [Case::Call, STREAMS[0], STREAMS[1]] {
@@ -459,8 +498,9 @@ pub async fn run(samples: usize, paths: &[LatPath]) -> LatencyReport {
         bare.stop().await;
     }
     if paths.contains(&LatPath::Compressor) {
-        let path = CompressorPath::start(&up.url()).await;
-        let lineup = path.lineup(up.addr);
+        let path = CompressorPath::start_with(&up.url(), state).await;
+        let mut lineup = path.lineup(up.addr);
+        lineup.tls = client.clone();
         for case in STREAMS {
             rows.push(measure(&lineup, case, 1, samples).await);
         }
@@ -483,9 +523,23 @@ pub async fn run(samples: usize, paths: &[LatPath]) -> LatencyReport {
 /// shimgate's config for the latency runs: qoder on `qport`, trae on a
 /// fresh port, one route each to `upstream`, and the compressor if given.
 pub fn gate_toml(upstream: &str, qport: u16, compressor: Option<&str>) -> String {
-    let compressor = compressor
+    gate_toml_with(upstream, qport, compressor, None)
+}
+
+/// [`gate_toml`] with `state` as the state dir (where the TLS variant's
+/// local CA is) when given.
+fn gate_toml_with(
+    upstream: &str,
+    qport: u16,
+    compressor: Option<&str>,
+    state: Option<&std::path::Path>,
+) -> String {
+    let mut compressor = compressor
         .map(|url| format!("[compressor]\nurl = \"{url}\"\n"))
         .unwrap_or_default();
+    if let Some(state) = state {
+        compressor.push_str(&format!("[state]\ndir = \"{}\"\n", state.display()));
+    }
     format!(
         "{compressor}[shims.qoder]\nlisten = \"127.0.0.1:{}\"\ncodec = \"plain\"\n[[shims.qoder.routes]]\nname = \"lat\"\nurl = \"{upstream}\"\n\
          [shims.trae]\nlisten = \"127.0.0.1:{}\"\n[[shims.trae.routes]]\nname = \"lat\"\nurl = \"{upstream}\"\n",
@@ -510,18 +564,26 @@ pub struct CompressorPath {
 impl CompressorPath {
     /// Starts them in front of `upstream`.
     pub async fn start(upstream: &str) -> CompressorPath {
+        CompressorPath::start_with(upstream, None).await
+    }
+
+    /// [`CompressorPath::start`]; with `tls_state` (the local CA's state
+    /// dir), shimgate uses that CA and the forwarder the agent meets
+    /// serves TLS.
+    pub async fn start_with(upstream: &str, tls_state: Option<&std::path::Path>) -> CompressorPath {
         // The proxy needs shimgate's address and shimgate the proxy's:
         // the proxy goes to a port picked first, which every shimgate
         // listener serves (each serves both shims' return legs).
         let qport = gate::free_port();
         let to_gate = gate::pass_through(&format!("http://127.0.0.1:{qport}")).await;
         let proxy_url = format!("http://{}", to_gate.addr(""));
-        let toml = gate_toml(upstream, qport, Some(&proxy_url));
+        let toml = gate_toml_with(upstream, qport, Some(&proxy_url), tls_state);
         let gate = gate::serve("latency-full", &toml, "error").await;
         let to_up = gate::pass_through(upstream).await;
         let bare_out = gate::bare_forwarder(upstream).await;
         let to_bare = gate::pass_through(&format!("http://{}", bare_out.addr(""))).await;
-        let bare_in = gate::bare_forwarder(&format!("http://{}", to_bare.addr(""))).await;
+        let bare_in =
+            gate::bare_forwarder_with(&format!("http://{}", to_bare.addr("")), tls_state).await;
         CompressorPath {
             gate,
             to_gate,
@@ -545,6 +607,7 @@ impl CompressorPath {
                 (Mode::Bare, vec![&self.bare_in, &self.bare_out]),
                 (Mode::Shimgate, vec![&self.gate]),
             ]),
+            tls: None,
         }
     }
 
@@ -566,7 +629,7 @@ impl CompressorPath {
 fn ratios(rows: &[Row]) -> Vec<Ratio> {
     let mut out = Vec::new();
     for r in rows.iter().filter(|r| r.level == 1) {
-        let p = r.path.name();
+        let p = r.label();
         let ns = |x: i64| x as f64 / 1000.0;
         match r.case {
             Case::Call => out.push(Ratio {
@@ -622,7 +685,7 @@ fn check_targets(rows: &[Row], ratios: &[Ratio]) -> Findings {
             "limits",
             format!(
                 "{} {} at c={}: {} calls failed",
-                r.path.name(),
+                r.label(),
                 r.case.name(),
                 r.level,
                 r.errors
@@ -664,6 +727,8 @@ struct Lineup<'p> {
     qoder: SocketAddr,
     trae: SocketAddr,
     cpu: HashMap<Mode, Vec<&'p Proc>>,
+    /// The TLS variant: the agents of the bare and shimgate modes speak TLS.
+    tls: Option<std::sync::Arc<TlsClient>>,
 }
 
 impl Lineup<'_> {
@@ -674,6 +739,15 @@ impl Lineup<'_> {
             (Mode::Proxy, _) => self.proxy.unwrap_or(self.direct),
             (Mode::Shimgate, Case::Stream(Wire::Trae)) => self.trae,
             (Mode::Shimgate, _) => self.qoder,
+        }
+    }
+
+    /// A fresh agent connection for `mode` and `case`.
+    fn conn(&self, mode: Mode, case: Case) -> Conn {
+        let addr = self.addr(mode, case);
+        match (&self.tls, mode) {
+            (Some(client), Mode::Bare | Mode::Shimgate) => Conn::tls(addr, client.clone()),
+            _ => Conn::new(addr),
         }
     }
 
@@ -714,7 +788,7 @@ async fn measure(t: &Lineup<'_>, case: Case, level: usize, samples: usize) -> Ro
     let mut conns: HashMap<Mode, Vec<Conn>> = t
         .modes
         .iter()
-        .map(|&m| (m, (0..level).map(|_| Conn::new(t.addr(m, case))).collect()))
+        .map(|&m| (m, (0..level).map(|_| t.conn(m, case)).collect()))
         .collect();
     for round in 0..=rounds {
         for &mode in t.modes {
@@ -738,7 +812,7 @@ async fn measure(t: &Lineup<'_>, case: Case, level: usize, samples: usize) -> Ro
                     // A worker that panicked is an error of its mode, and
                     // its place takes a fresh connection next turn.
                     all.entry(mode).or_default().errors += 1;
-                    idle.push(Conn::new(t.addr(mode, case)));
+                    idle.push(t.conn(mode, case));
                     continue;
                 };
                 idle.push(conn);
@@ -772,6 +846,7 @@ async fn measure(t: &Lineup<'_>, case: Case, level: usize, samples: usize) -> Ro
     };
     Row {
         path: t.path,
+        tls: t.tls.is_some(),
         case,
         level,
         modes: t.modes,

@@ -55,7 +55,7 @@ pub async fn run(args: Args) -> bool {
         })
         .collect();
     if args.phases.latency {
-        let r = latency::run(args.samples, &lat_paths).await;
+        let r = latency::run(args.samples, &lat_paths, args.tls).await;
         r.print();
         figures.push(r.headline());
         findings.extend(&r.findings);

@@ -14,6 +14,7 @@ use prometheus_client::encoding::{prometheus_text, DescriptorEncoder, EncodeMetr
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use crate::app::ledger::Totals;
 use crate::app::stats::Counter;
 use crate::app::App;
 use crate::chain::decide::Now;
@@ -47,8 +48,13 @@ struct Snapshot {
     budget_exhausted: Vec<(&'static str, u64)>,
     /// Per shim: content characters the proxy took out.
     chars_saved: Vec<(&'static str, u64)>,
+    /// The savings ledger's token counters since start, one family each,
+    /// per shim.
+    tokens: Vec<TokenFamily>,
     /// Admin requests the trust rules refused, per rule.
     refused: [(&'static str, u64); 3],
+    /// TLS connections per handshake outcome (`ok` and each refusal).
+    tls_handshakes: Vec<(&'static str, u64)>,
     /// Per shim: a handle on the live histogram (read as it is encoded).
     first_byte: Vec<(&'static str, Histogram)>,
     overhead: Vec<(&'static str, Histogram)>,
@@ -84,7 +90,17 @@ impl Snapshot {
                 .route_metrics(&routes, &config.ordering, Now::system()),
             budget_exhausted: app.chain.budget_exhausted_counts(registry::names()),
             chars_saved: per_shim(&|s| app.shim_stats(s).chars_saved()),
+            tokens: TOKEN_FAMILIES
+                .iter()
+                .map(|(name, help, value)| {
+                    (*name, *help, per_shim(&|s| value(&app.ledger.totals(s))))
+                })
+                .collect(),
             refused: app.admin.refused_counts(),
+            tls_handshakes: crate::tls::Outcome::ALL
+                .iter()
+                .map(|o| (o.as_str(), app.tls.count(*o)))
+                .collect(),
             first_byte: names
                 .iter()
                 .map(|s| (*s, latency.first_byte(s).clone()))
@@ -138,7 +154,7 @@ impl Collector for Snapshot {
         )?
         .encode_gauge(&self.streams_in_flight)?;
         self.encode_routes(&mut enc)?;
-        let labelled: [LabelledFamily<'_>; 3] = [
+        let labelled: [LabelledFamily<'_>; 4] = [
             (
                 "shimgate_retry_budget_exhausted",
                 "Retryable failures that switched route because the retry budget was spent, per shim.",
@@ -157,8 +173,18 @@ impl Collector for Snapshot {
                 "code",
                 &self.refused,
             ),
+            (
+                "shimgate_tls_handshakes",
+                "TLS connections per handshake outcome: ok, or why it was refused or failed.",
+                "outcome",
+                &self.tls_handshakes,
+            ),
         ];
-        for (name, help, label, values) in labelled {
+        let tokens = self
+            .tokens
+            .iter()
+            .map(|(name, help, values)| (*name, *help, "shim", values.as_slice()));
+        for (name, help, label, values) in labelled.into_iter().chain(tokens) {
             let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
             for (value, n) in values {
                 m.encode_family(&[(label, *value)])?
@@ -200,6 +226,54 @@ type LabelledFamily<'a> = (
     &'static str,
     &'a [(&'static str, u64)],
 );
+
+/// A token family of the savings ledger: name, help, values per shim.
+type TokenFamily = (&'static str, &'static str, Vec<(&'static str, u64)>);
+
+/// A token counter of the savings ledger: name, help, and how to read it.
+type TokenCounter = (&'static str, &'static str, fn(&Totals) -> u64);
+
+/// The savings ledger's counters (since start; `/status` `savings` keeps
+/// the days and conversations across restarts). Counters only rise, so
+/// a call whose compressed request cost more than the agent's adds to
+/// `added`, not to `saved`: `saved - added = agent - sent`.
+const TOKEN_FAMILIES: [TokenCounter; 7] = [
+    (
+        "shimgate_tokens_agent",
+        "Prompt tokens the agents' own requests would have cost (estimated: the provider's tokens per character sent, times the characters the agent sent), per shim.",
+        |t| t.agent,
+    ),
+    (
+        "shimgate_tokens_sent",
+        "Prompt tokens the provider reported for the requests that answered the agents, per shim.",
+        |t| t.sent,
+    ),
+    (
+        "shimgate_tokens_saved",
+        "Tokens compression took off the calls it shortened (agent minus sent), per shim.",
+        |t| t.saved,
+    ),
+    (
+        "shimgate_tokens_added",
+        "Tokens compression added to the calls it made longer (sent minus agent), per shim.",
+        |t| t.added,
+    ),
+    (
+        "shimgate_tokens_cached",
+        "Of the sent prompt tokens, those the provider read from its cache (where its wire reports them), per shim.",
+        |t| t.cached,
+    ),
+    (
+        "shimgate_compressor_side_tokens",
+        "Prompt and completion tokens of the compressor's own calls (summaries, its tool-loop rounds), per shim.",
+        |t| t.side_tokens,
+    ),
+    (
+        "shimgate_compressor_side_calls",
+        "The compressor's own calls through the return leg, per shim.",
+        |t| t.side_calls,
+    ),
+];
 
 /// A per-route family: name, help, and how to read its value.
 type RouteFamily = (&'static str, &'static str, fn(&RouteMetrics) -> u64);
@@ -321,11 +395,17 @@ mod tests {
             }],
             budget_exhausted: vec![("trae", 4)],
             chars_saved: vec![("qoder", 120)],
+            tokens: vec![(
+                "shimgate_tokens_saved",
+                "Tokens saved.",
+                vec![("qoder", 700), ("trae", 0)],
+            )],
             refused: [
                 ("FORBIDDEN_HOST", 2),
                 ("FORBIDDEN_ORIGIN", 0),
                 ("UNAUTHORIZED", 0),
             ],
+            tls_handshakes: vec![("ok", 7), ("client_refused", 1)],
             first_byte: vec![("qoder", h)],
             overhead: vec![],
             uptime_seconds: 1.5,
@@ -342,6 +422,8 @@ mod tests {
             "shimgate_route_breaker_state{shim=\"trae\",route=\"a \\\"b\\\"\"} 2",
             "shimgate_route_cooldown_seconds{shim=\"trae\",route=\"a \\\"b\\\"\"} 12.5",
             "shimgate_route_breaker_opens_total{shim=\"trae\",route=\"a \\\"b\\\"\"} 3",
+            "shimgate_tls_handshakes_total{outcome=\"ok\"} 7",
+            "shimgate_tls_handshakes_total{outcome=\"client_refused\"} 1",
             "# TYPE shimgate_retry_budget_exhausted_total counter",
             "shimgate_retry_budget_exhausted_total{shim=\"trae\"} 4",
             "# TYPE shimgate_upstream_first_byte_seconds histogram",
@@ -350,6 +432,8 @@ mod tests {
             "shimgate_upstream_first_byte_seconds_bucket{shim=\"qoder\",le=\"+Inf\"} 2",
             "shimgate_upstream_first_byte_seconds_count{shim=\"qoder\"} 2",
             "shimgate_uptime_seconds 1.5",
+            "# TYPE shimgate_tokens_saved_total counter",
+            "shimgate_tokens_saved_total{shim=\"qoder\"} 700",
         ] {
             assert!(out.lines().any(|l| l == line), "{line}\n{out}");
         }

@@ -108,6 +108,7 @@ pub async fn serve(
         headers: req.headers(),
         query: req.uri().query(),
         panel: path == "/ui",
+        tls: req.extensions().get::<crate::tls::OverTls>().is_some(),
     };
     let token = app.admin.token();
     let guard = trust::Guard {

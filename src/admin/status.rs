@@ -1,5 +1,5 @@
-//! The `/status` document: one JSON with both shims and the chain. Header
-//! values never appear, only names.
+//! The `/status` document: one JSON with both shims, the chain, the admin
+//! surface and TLS. Header values never appear, only names; no key ever.
 
 use serde_json::{json, Value};
 
@@ -23,7 +23,9 @@ pub fn document(app: &App, shims: &Shims) -> Value {
         doc.insert(facts.status_key(), shim(app, shims, &config, facts.name));
     }
     doc.insert("chain".into(), chain(app, &config));
+    doc.insert("savings".into(), app.ledger.status(&config));
     doc.insert("admin".into(), app.admin.status(&config));
+    doc.insert("tls".into(), app.tls.status());
     Value::Object(doc)
 }
 

@@ -12,7 +12,8 @@
 //! - **Origin** (cross-site requests): a no-cors `POST` or a form post from
 //!   another origin needs no preflight, so a state-changing request (any
 //!   method but `GET`/`HEAD`) carrying an `Origin` other than the
-//!   listener's own, or a `Sec-Fetch-Site` other than
+//!   listener's own (`http://` + Host, `https://` + Host over TLS), or a
+//!   `Sec-Fetch-Site` other than
 //!   `same-origin`/`none`, is refused (tower-http's `CsrfLayer` rule,
 //!   without its Origin-equals-Host shortcut for foreign hosts, which the
 //!   Host rule already refused). curl and scripts send neither header.
@@ -52,6 +53,8 @@ pub struct Asked<'a> {
     pub query: Option<&'a str>,
     /// The request is `GET /ui` (the only place `?token=` is taken).
     pub panel: bool,
+    /// It came over TLS: the listener's own origin is `https://` + Host.
+    pub tls: bool,
 }
 
 /// A request the rules let through.
@@ -87,7 +90,7 @@ pub fn check(asked: Asked<'_>, guard: Guard<'_>) -> Result<Grant, Refusal> {
         _ => Grant::default(),
     };
     if !matches!(*asked.method, Method::GET | Method::HEAD) {
-        same_origin(asked.headers, host).map_err(|message| Refusal {
+        same_origin(asked.headers, host, asked.tls).map_err(|message| Refusal {
             why: Refused::Origin,
             message,
         })?;
@@ -131,8 +134,9 @@ fn host_allowed(host: Option<&HeaderValue>, guard: Guard<'_>) -> Result<(), Stri
     }
 }
 
-/// The Origin rule for state-changing requests.
-fn same_origin(headers: &HeaderMap, host: Option<&HeaderValue>) -> Result<(), String> {
+/// The Origin rule for state-changing requests: the listener's own origin
+/// is `http://` + Host, or `https://` + Host on a TLS connection.
+fn same_origin(headers: &HeaderMap, host: Option<&HeaderValue>, tls: bool) -> Result<(), String> {
     if let Some(site) = headers.get("sec-fetch-site") {
         let site = site.as_bytes();
         if !site.eq_ignore_ascii_case(b"same-origin") && !site.eq_ignore_ascii_case(b"none") {
@@ -145,7 +149,8 @@ fn same_origin(headers: &HeaderMap, host: Option<&HeaderValue>) -> Result<(), St
     let Some(origin) = headers.get(header::ORIGIN) else {
         return Ok(());
     };
-    let own = host.map(|h| [b"http://", h.as_bytes()].concat());
+    let scheme: &[u8] = if tls { b"https://" } else { b"http://" };
+    let own = host.map(|h| [scheme, h.as_bytes()].concat());
     if own.is_some_and(|own| own.eq_ignore_ascii_case(origin.as_bytes())) {
         return Ok(());
     }
@@ -241,6 +246,7 @@ mod tests {
             headers: &h,
             query: None,
             panel: false,
+            tls: false,
         };
         let guard = Guard {
             remote: false,
@@ -352,6 +358,65 @@ mod tests {
         );
     }
 
+    /// Over TLS the listener's own origin is `https://` + Host: the panel
+    /// loaded over TLS may change state, a page on the plain origin of the
+    /// same port may not (another origin), and the other rules hold.
+    #[test]
+    fn over_tls_the_own_origin_is_https() {
+        let over_tls = |method: &Method, pairs: &[(&str, &str)]| {
+            let h = headers(pairs);
+            let asked = Asked {
+                method,
+                headers: &h,
+                query: None,
+                panel: false,
+                tls: true,
+            };
+            let guard = Guard {
+                remote: false,
+                allowed_hosts: &[],
+                token: None,
+            };
+            check(asked, guard).map_err(|r| r.why)
+        };
+        let host = ("host", "127.0.0.1:47001");
+        assert!(over_tls(
+            &Method::POST,
+            &[host, ("origin", "https://127.0.0.1:47001")]
+        )
+        .is_ok());
+        assert!(over_tls(
+            &Method::POST,
+            &[
+                ("host", "localhost:47001"),
+                ("origin", "https://LOCALHOST:47001")
+            ]
+        )
+        .is_ok());
+        assert!(over_tls(&Method::POST, &[host]).is_ok(), "curl over TLS");
+        for origin in [
+            "http://127.0.0.1:47001",
+            "https://127.0.0.1:5173",
+            "https://evil.example",
+            "null",
+        ] {
+            assert_eq!(
+                over_tls(&Method::POST, &[host, ("origin", origin)]),
+                Err(Refused::Origin),
+                "{origin}"
+            );
+        }
+        assert_eq!(
+            over_tls(&Method::POST, &[host, ("sec-fetch-site", "cross-site")]),
+            Err(Refused::Origin)
+        );
+        assert_eq!(
+            over_tls(&Method::GET, &[("host", "rebind.attacker.test:47001")]),
+            Err(Refused::Host),
+            "the Host rule holds over TLS"
+        );
+    }
+
     fn remote(pairs: &[(&str, &str)], query: Option<&str>, panel: bool) -> Result<Grant, Refused> {
         let h = headers(pairs);
         let file = std::env::temp_dir().join(format!("shimgate-trust-{}", std::process::id()));
@@ -363,6 +428,7 @@ mod tests {
             headers: &h,
             query,
             panel,
+            tls: false,
         };
         let guard = Guard {
             remote: true,
@@ -417,6 +483,7 @@ mod tests {
             headers: &h,
             query: None,
             panel: false,
+            tls: false,
         };
         let guard = Guard {
             remote: true,

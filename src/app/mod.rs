@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod exchange;
 pub mod identity;
+pub mod ledger;
 pub mod rid;
 pub mod route_store;
 pub mod secret_file;
@@ -61,6 +62,11 @@ pub struct App {
     pub route_file: Arc<RouteStore>,
     /// The admin surface's token and refusal counts (DESIGN §7).
     pub admin: admin::AdminState,
+    /// What compression saved, in tokens, kept across restarts.
+    pub ledger: Arc<ledger::Ledger>,
+    /// TLS on every listener: the local CA, the leaves, the handshake
+    /// counts (its state dir and `[ca] names` as at start).
+    pub tls: Arc<crate::tls::Tls>,
 }
 
 impl App {
@@ -72,7 +78,10 @@ impl App {
         let chain = Arc::new(ChainState::new());
         let route_file = Arc::new(RouteStore::open(&config, &chain, Now::system()));
         let admin = admin::AdminState::for_config(&config);
+        let ledger = ledger::Ledger::open(&config);
+        let tls = Arc::new(crate::tls::Tls::new(&config));
         Arc::new(App {
+            tls,
             live: RwLock::new(Arc::new(Live {
                 config: Arc::new(config),
                 client,
@@ -88,6 +97,7 @@ impl App {
             identity,
             route_file,
             admin,
+            ledger,
         })
     }
 

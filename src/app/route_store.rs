@@ -229,8 +229,9 @@ fn read(path: &Path, ttl: Duration, now: SystemTime) -> Result<Loaded, String> {
 }
 
 /// Writes `bytes` to `path` so a reader sees the old file or the new one,
-/// never half of one: a temporary file beside it, synced, then renamed.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// never half of one: a temporary file beside it, synced, then renamed
+/// (the savings file is written the same way).
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let name = path

@@ -49,6 +49,13 @@ pub enum Command {
         #[command(subcommand)]
         action: AutostartAction,
     },
+    /// The local certificate authority behind TLS on the listeners: its
+    /// PEM for clients, what it may sign, rotation, and (opt-in) this
+    /// user's OS trust store.
+    Ca {
+        #[command(subcommand)]
+        action: CaAction,
+    },
     /// Validate a config file; exit 2 with the key path on failure.
     CheckConfig {
         /// The file to check.
@@ -122,6 +129,44 @@ pub enum AutostartAction {
     Status {
         /// Config file whose listener to ask (default: the one the
         /// installed entry names).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
+}
+
+/// What `ca` does. Each takes the config whose state dir holds the CA
+/// and whose `[ca] names` a new CA is made for.
+#[derive(Debug, Subcommand)]
+pub enum CaAction {
+    /// Print the path of the root certificate (PEM) to give clients; makes
+    /// the CA when there is none.
+    Path {
+        /// Config file (default: as `serve` finds it).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
+    /// Show the CA: fingerprint, what it may sign, expiry, its files, and
+    /// whether `trust` added it to the OS store.
+    Show {
+        /// Config file (default: as `serve` finds it).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
+    /// Replace the CA with a new one (clients must then be given the new PEM).
+    Rotate {
+        /// Config file (default: as `serve` finds it).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
+    /// Add the root to this user's OS trust store (opt-in; recorded, undone by `untrust`).
+    Trust {
+        /// Config file (default: as `serve` finds it).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
+    /// Remove from the OS trust store exactly what `trust` added.
+    Untrust {
+        /// Config file (default: as `serve` finds it).
         #[arg(short, long)]
         config: Option<PathBuf>,
     },

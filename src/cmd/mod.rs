@@ -1,9 +1,10 @@
 //! The subcommands, one file each: `serve` and `check-config` (with the
 //! signals that stop it, `stop`), `paths`, `autostart`, `frames`,
-//! `translate`; the command line itself and logging setup. (`demo` and
+//! `translate`, `ca`; the command line itself and logging setup. (`demo` and
 //! `compressor` have folders of their own.)
 
 pub mod autostart;
+pub mod ca;
 pub mod cli;
 pub mod frames;
 pub mod paths;

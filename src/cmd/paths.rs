@@ -1,6 +1,6 @@
 //! `shimgate paths [--config FILE]`: the files `serve` would use, so a user
-//! (or a support thread) can see where the state, the secrets and the
-//! learned route order live on this machine without reading the docs.
+//! (or a support thread) can see where the state, the secrets, the local
+//! CA and the learned route order live on this machine without reading the docs.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -49,6 +49,11 @@ pub fn run(config: Option<&Path>) -> ExitCode {
         "token",
         &paths::shown(&config.admin_token_file()),
         "the admin token of allow_remote listeners, secret",
+    );
+    line(
+        "ca",
+        &paths::shown(&crate::tls::root_pem_path(&config)),
+        "the local CA's root, for TLS clients; its key beside it, secret",
     );
     if !config.state_ttl.is_zero() {
         let name = route_store::file_name(config.source.as_deref());

@@ -77,6 +77,10 @@ pub fn check_config(path: &Path) -> ExitCode {
                 shims.join(", "),
                 c.compressor.as_deref().unwrap_or("none: direct mode")
             );
+            // The config is valid; a CA made for other names is said aloud.
+            for line in crate::cmd::ca::check_lines(&c) {
+                eprintln!("warning: {line}");
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

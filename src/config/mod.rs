@@ -5,6 +5,7 @@
 //! `serde_path_to_error`), then [`Config::from_raw`] checks every value and
 //! fills defaults. Both stages run before any socket is bound.
 
+pub mod ca;
 pub mod edit;
 pub mod paths;
 pub mod raw;
@@ -55,6 +56,16 @@ pub const DEFAULT_BREAKER_OPEN_MS: u64 = 30_000;
 pub const DEFAULT_BREAKER_MAX_OPEN_MS: u64 = 600_000;
 /// How old the route state file may be and still be read at start (24 h).
 pub const DEFAULT_STATE_TTL_MS: u64 = 86_400_000;
+/// Days of token savings kept (`[savings] days`), today included.
+pub const DEFAULT_SAVINGS_DAYS: u32 = 90;
+/// Conversations whose savings are kept one by one (`[savings]
+/// conversations`); older and further ones are summed into one line.
+pub const DEFAULT_SAVINGS_CONVERSATIONS: usize = 100;
+/// The most days `[savings] days` may keep (ten years).
+pub const MAX_SAVINGS_DAYS: u32 = 3660;
+/// The most conversations `[savings] conversations` may keep one by one
+/// (every `/status` lists them).
+pub const MAX_SAVINGS_CONVERSATIONS: usize = 10_000;
 /// TCP connect timeout.
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
 /// Time allowed until the upstream's response head.
@@ -275,6 +286,28 @@ pub struct AdminConfig {
     pub token_file: Option<PathBuf>,
 }
 
+/// `[savings]`: how much of the token ledger is kept, and where.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SavingsConfig {
+    /// Days kept, today included (in the `[ordering] zone`).
+    pub days: u32,
+    /// Conversations kept one by one.
+    pub conversations: usize,
+    /// Whether the ledger is kept in a file in the state dir (`false`:
+    /// since start only).
+    pub file: bool,
+}
+
+impl Default for SavingsConfig {
+    fn default() -> Self {
+        SavingsConfig {
+            days: DEFAULT_SAVINGS_DAYS,
+            conversations: DEFAULT_SAVINGS_CONVERSATIONS,
+            file: true,
+        }
+    }
+}
+
 /// How the qoder shim turns a rebuilt ask into an upstream request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Codec {
@@ -390,6 +423,11 @@ pub struct Config {
     /// zero = no route state file at all.
     pub state_ttl: Duration,
     pub admin: AdminConfig,
+    /// `[savings]`.
+    pub savings: SavingsConfig,
+    /// `[ca]`: what the local CA may sign for (read when the CA is made
+    /// and when `serve` starts).
+    pub ca: ca::CaConfig,
     /// `[upstream] proxy`.
     pub upstream_proxy: Option<ProxySetting>,
     /// `[upstream] roots`.
@@ -415,6 +453,8 @@ impl Default for Config {
             state_dir: default_state_dir(),
             state_ttl: Duration::from_millis(DEFAULT_STATE_TTL_MS),
             admin: AdminConfig::default(),
+            savings: SavingsConfig::default(),
+            ca: ca::CaConfig::default(),
             upstream_proxy: None,
             roots: crate::http::client::Roots::default(),
             ca_file: None,
@@ -585,6 +625,12 @@ impl Config {
         if let Some(a) = raw.admin {
             config.admin = check_admin(a)?;
         }
+        if let Some(s) = raw.savings {
+            apply_savings(s, &mut config.savings)?;
+        }
+        if let Some(c) = raw.ca {
+            config.ca = ca::check(c)?;
+        }
         for (name, raw_shim) in raw.shims.unwrap_or_default() {
             let Some(shim) = config.shims.iter_mut().find(|s| s.name == name) else {
                 let known: Vec<_> = registry::names().collect();
@@ -598,6 +644,33 @@ impl Config {
         check_listen_clashes(&config.shims)?;
         Ok(config)
     }
+}
+
+/// `[savings]`.
+fn apply_savings(s: raw::RawSavings, c: &mut SavingsConfig) -> Result<(), ConfigError> {
+    if let Some(days) = s.days {
+        if !(1..=MAX_SAVINGS_DAYS).contains(&days) {
+            return Err(ConfigError::at(
+                "savings.days",
+                format!("must be 1 to {MAX_SAVINGS_DAYS}, got {days}"),
+            ));
+        }
+        c.days = days;
+    }
+    if let Some(n) = s.conversations {
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        if !(1..=MAX_SAVINGS_CONVERSATIONS).contains(&n) {
+            return Err(ConfigError::at(
+                "savings.conversations",
+                format!("must be 1 to {MAX_SAVINGS_CONVERSATIONS}, got {n}"),
+            ));
+        }
+        c.conversations = n;
+    }
+    if let Some(file) = s.file {
+        c.file = file;
+    }
+    Ok(())
 }
 
 /// `[retry]`.

@@ -20,6 +20,8 @@ pub struct RawConfig {
     pub state: Option<RawState>,
     pub breaker: Option<RawBreaker>,
     pub admin: Option<RawAdmin>,
+    pub savings: Option<RawSavings>,
+    pub ca: Option<RawCa>,
     /// `[shims.NAME]`, one table per shim of the registry.
     pub shims: Option<BTreeMap<String, RawShim>>,
 }
@@ -32,12 +34,28 @@ pub struct RawState {
     pub ttl_ms: Option<u64>,
 }
 
+/// `[savings]`: the token ledger's bounds and file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSavings {
+    pub days: Option<u32>,
+    pub conversations: Option<u64>,
+    pub file: Option<bool>,
+}
+
 /// `[admin]`: who the admin surface answers besides loopback names.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAdmin {
     pub allowed_hosts: Option<Vec<String>>,
     pub token_file: Option<String>,
+}
+
+/// `[ca]`: the names the local CA may sign for besides loopback.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCa {
+    pub names: Option<Vec<String>>,
 }
 
 /// `[breaker]`.

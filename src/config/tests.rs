@@ -418,3 +418,43 @@ fn admin_hosts_and_token_file_load_and_bad_hosts_name_their_index() {
         assert!(e.starts_with("admin.allowed_hosts[1]: "), "{bad}: {e}");
     }
 }
+
+#[test]
+fn savings_keys_are_checked_with_their_key_path() {
+    let c = Config::from_toml("").unwrap();
+    assert_eq!(
+        (c.savings.days, c.savings.conversations, c.savings.file),
+        (DEFAULT_SAVINGS_DAYS, DEFAULT_SAVINGS_CONVERSATIONS, true)
+    );
+    let c = Config::from_toml("[savings]\ndays = 14\nconversations = 20\nfile = false\n").unwrap();
+    assert_eq!(
+        (c.savings.days, c.savings.conversations, c.savings.file),
+        (14, 20, false)
+    );
+    assert_eq!(
+        err("[savings]\ndays = 0\n"),
+        "savings.days: must be 1 to 3660, got 0"
+    );
+    assert_eq!(
+        err("[savings]\nconversations = 100000\n"),
+        "savings.conversations: must be 1 to 10000, got 100000"
+    );
+    assert!(err("[savings]\nkeep = 3\n").contains("unknown field"));
+}
+
+#[test]
+fn ca_names_default_to_the_providers_and_bad_ones_name_their_key() {
+    let c = Config::from_toml("").unwrap();
+    assert_eq!(c.ca.names, ca::DEFAULT_CA_NAMES);
+    let c = Config::from_toml("[ca]\nnames = [\"Qoder.sh\", \"example.com\"]\n").unwrap();
+    assert_eq!(c.ca.names, ["qoder.sh", "example.com"]);
+    let e = err("[ca]\nnames = [\"qoder.sh\", \".trae.ai\"]\n");
+    assert!(
+        e.starts_with("ca.names[1]: \".trae.ai\" starts with a dot"),
+        "{e}"
+    );
+    let e = err("[ca]\nnames = [\"com\"]\n");
+    assert!(e.starts_with("ca.names[0]:"), "{e}");
+    let e = err("[ca]\nname = [\"qoder.sh\"]\n");
+    assert!(e.contains("unknown field `name`"), "{e}");
+}

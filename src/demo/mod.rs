@@ -181,7 +181,8 @@ async fn demo(turns: u32, keep: bool) -> ExitCode {
     }
     let held = stack::holds_released(&stack.qoder).await;
     let status_url = format!("{}/status", stack.qoder_shim);
-    print_summary(&stack, &tally, (&q, &t), held, &status_url);
+    let tokens = report::Tokens::read(&doc);
+    print_summary(&stack, &tally, (&q, &t, &tokens), held, &status_url);
     if keep {
         say!();
         say!("keep: serving until Ctrl-C; try curl {status_url}");
@@ -210,7 +211,7 @@ async fn demo(turns: u32, keep: bool) -> ExitCode {
 fn print_summary(
     s: &Stack,
     tally: &Tally,
-    (q, t): (&ShimView, &ShimView),
+    (q, t, tokens): (&ShimView, &ShimView, &report::Tokens),
     (held, released): (u64, u64),
     status_url: &str,
 ) {
@@ -257,12 +258,19 @@ fn print_summary(
     let p99 = report::ms(report::percentile(&tally.latencies, 99.0));
     say!("latency:     agent request → last byte, p50 {p50:.1} ms, p99 {p99:.1} ms");
     say!("status:      {status_url} (--keep to curl it)");
+    say!();
+    for line in tokens.lines() {
+        say!("{line}");
+    }
     let saved = (qc.0 + tc.0) as i64 - (qc.1 + tc.1) as i64;
-    // One parseable line (scripts and tests read it), within 80 columns.
+    // One parseable line (scripts and tests read it), within 80 columns;
+    // it ends with the net figure: the tokens compression saved, net of
+    // the compressor's own calls.
     say!(
-        "summary: qoder folded={} trae folded={} saved={saved} p50={p50:.1}ms p99={p99:.1}ms {}",
+        "summary: qoder folded={} trae folded={} saved={saved} p50={p50:.1}ms net={} {}",
         q.folded,
         t.folded,
+        tokens.net,
         if tally.failure.is_some() {
             "FAILED"
         } else {

@@ -148,6 +148,66 @@ pub fn counters_table(q: &ShimView, t: &ShimView) -> Vec<String> {
     ]
 }
 
+/// The savings ledger's figures since the demo started (`/status`
+/// `savings.totals`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tokens {
+    pub agent: u64,
+    pub sent: u64,
+    pub side_calls: u64,
+    pub side_tokens: u64,
+    pub net: i64,
+    pub estimated: u64,
+}
+
+impl Tokens {
+    /// Reads `savings.totals` of a `/status` document.
+    pub fn read(doc: &Value) -> Tokens {
+        let t = &doc["savings"]["totals"];
+        let n = |k: &str| t[k].as_u64().unwrap_or(0);
+        Tokens {
+            agent: n("agentTokens"),
+            sent: n("sentTokens"),
+            side_calls: n("sideCalls"),
+            side_tokens: n("sideTokens"),
+            net: t["netTokens"].as_i64().unwrap_or(0),
+            estimated: n("estimatedCalls"),
+        }
+    }
+
+    /// What the demo prints of them (within 80 columns).
+    pub fn lines(&self) -> [String; 3] {
+        let saved = self.agent as i64 - self.sent as i64;
+        let pct = if self.agent == 0 {
+            0.0
+        } else {
+            saved as f64 * 100.0 / self.agent as f64
+        };
+        [
+            "tokens (the providers' own counts; the agents' estimated from them):".to_owned(),
+            format!(
+                "  agent {} → sent {}, saved {} ({pct:.0}%)",
+                chars(self.agent),
+                chars(self.sent),
+                signed(saved)
+            ),
+            format!(
+                "  compressor's own calls {} ({} tokens), {} estimated; net {}",
+                self.side_calls,
+                chars(self.side_tokens),
+                self.estimated,
+                signed(self.net)
+            ),
+        ]
+    }
+}
+
+/// A signed count, short: `+812`, `-4.3k`.
+fn signed(n: i64) -> String {
+    let sign = if n < 0 { "-" } else { "+" };
+    format!("{sign}{}", chars(n.unsigned_abs()))
+}
+
 /// `qoder  61.2k → 17.3k chars (saved 43.9k, 72%)`.
 pub fn content_line(name: &str, before: u64, after: u64) -> String {
     let saved = before as i64 - after as i64;

@@ -113,10 +113,51 @@ pub fn tool_result(turn: u32) -> String {
     text
 }
 
-/// The `prompt_tokens` a provider reports on `turn` (growing, as a real
-/// upstream's would over a long session).
-pub fn prompt_tokens(turn: u32) -> u64 {
-    1200 + 180 * u64::from(turn)
+/// The `prompt_tokens` a provider reports for the request `body` it
+/// received: a quarter of the characters of its messages' text (content,
+/// text parts and tool-call arguments) and of its tools' definitions, as a
+/// real provider counts what it reads (the savings ledger's figures are
+/// read off these).
+pub fn prompt_tokens(body: &serde_json::Value) -> u64 {
+    use serde_json::Value;
+    let text = |v: &Value| -> usize {
+        match v {
+            Value::String(s) => s.chars().count(),
+            Value::Array(parts) => parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .map(|t| t.chars().count())
+                .sum(),
+            _ => 0,
+        }
+    };
+    let messages: usize = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .map_or(0, |list| {
+            list.iter()
+                .map(|m| {
+                    let args: usize =
+                        m.get("tool_calls")
+                            .and_then(Value::as_array)
+                            .map_or(0, |calls| {
+                                calls
+                                    .iter()
+                                    .filter_map(|c| {
+                                        c.pointer("/function/arguments")
+                                            .or_else(|| c.pointer("/function_call/arguments"))
+                                    })
+                                    .map(text)
+                                    .sum()
+                            });
+                    m.get("content").map_or(0, text) + args
+                })
+                .sum()
+        });
+    let tools = body
+        .get("tools")
+        .map_or(0, |t| t.to_string().chars().count());
+    ((messages + tools) / 4) as u64
 }
 
 #[cfg(test)]

@@ -29,10 +29,11 @@ pub struct Stack {
 fn shim_config(stack_urls: (&str, &str), compressor: Option<&str>) -> Result<Config, String> {
     let (qoder, trae) = stack_urls;
     // No retries: the providers are local, so a retry would only hide a bug.
-    // No route state file: the demo's routes are not the user's.
+    // No route state file and no savings file: the demo's routes and
+    // tokens are not the user's.
     let mut toml = format!(
         "[retry]\nmax_retries = 0\ninitial_delay_ms = 20\nmax_delay_ms = 100\n\n\
-         [state]\nttl_ms = 0\n\n\
+         [state]\nttl_ms = 0\n\n[savings]\nfile = false\n\n\
          [upstream]\nfirst_byte_timeout_ms = 10000\nidle_timeout_ms = 10000\n\n\
          [[shims.qoder.routes]]\nname = \"demo-qoder\"\nurl = \"{qoder}\"\n\n\
          [[shims.trae.routes]]\nname = \"demo-trae\"\nurl = \"{trae}\"\n"

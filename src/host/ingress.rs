@@ -24,6 +24,7 @@ use super::proxy_answer::{self, Answer, Verdict};
 use super::translators::Counting;
 use super::while_waiting::while_waiting;
 use super::{Host, RID_HEADER, RID_QUERY};
+use crate::app::ledger::call::Turn;
 use crate::app::rid::{RidEntry, RidRegistry};
 use crate::app::stats::Counter;
 use crate::app::{App, Live};
@@ -144,7 +145,7 @@ pub(super) async fn handle<S: Shim>(
                 received,
                 conversation,
             };
-            return direct(&host, &app, &live.config, reading, agent).await;
+            return direct(&host, &app, &live.config, reading, agent, None).await;
         };
         let folded = match host.shim.fold(&native) {
             Ok(f) => f,
@@ -211,6 +212,10 @@ async fn via_proxy<S: Shim>(
     );
     entry.conversation = taken.agent.conversation.clone();
     let entry = app.rids.insert(entry);
+    // The savings ledger follows the call until the agent has its answer.
+    let turn = app
+        .ledger
+        .open_turn(config, &rid, name, &taken.agent.conversation);
     let url = proxy_url(compressor, name, &rid);
     // The shim wrote the body as text: sent as it is.
     let body = taken.openai.bytes();
@@ -236,7 +241,8 @@ async fn via_proxy<S: Shim>(
     match proxy_answer::judge(attempt, &entry, config.timeouts.first_byte).await {
         Verdict::Usable(answer) => {
             host.set_effective(true);
-            relay(host, app, config, &taken.original, answer, Some(entry)).await
+            let pin = Pin { entry, _turn: turn };
+            relay(host, app, config, &taken.original, answer, Some(pin)).await
         }
         Verdict::Failed { why, answer } => {
             if entry.abandon() {
@@ -248,14 +254,15 @@ async fn via_proxy<S: Shim>(
                 stats.error(why);
                 let shape = taken.openai.answer_shape();
                 let reading = Arc::new(Reading::known(shape, taken.original));
-                return direct(host, app, config, reading, taken.agent).await;
+                return direct(host, app, config, reading, taken.agent, Some(turn)).await;
             }
             // The return leg took the request meanwhile: its answer, through
             // the proxy, is the agent's.
             host.set_effective(true);
             match answer {
                 Some(answer) => {
-                    relay(host, app, config, &taken.original, answer, Some(entry)).await
+                    let pin = Pin { entry, _turn: turn };
+                    relay(host, app, config, &taken.original, answer, Some(pin)).await
                 }
                 None => {
                     stats.error(format!("{why} after the return leg took rid {rid}"));
@@ -305,6 +312,15 @@ async fn proxy_error<S: Shim>(
     out
 }
 
+/// What the agent's answer keeps alive while it streams: the rid (the
+/// proxy may still call the return leg, its own tool loop) and the
+/// ledger's turn (booked once the answer is over).
+struct Pin {
+    entry: Arc<RidEntry>,
+    /// Held, never read: it books when the last holder lets go.
+    _turn: Arc<Turn>,
+}
+
 /// Passes the proxy's answer to the agent: SSE through the shim's ingress
 /// translator, anything else unchanged.
 async fn relay<S: Shim>(
@@ -313,7 +329,7 @@ async fn relay<S: Shim>(
     config: &Config,
     original: &Arc<S::Original>,
     answer: Answer,
-    pin: Option<Arc<RidEntry>>,
+    pin: Option<Pin>,
 ) -> Response<Body> {
     let Answer {
         parts,
@@ -335,7 +351,7 @@ async fn relay<S: Shim>(
         host.shim.ingress(original),
         host.rebuild.clone(),
     ));
-    let entry_answered = pin.as_ref().and_then(|e| e.answered());
+    let entry_answered = pin.as_ref().and_then(|p| p.entry.answered());
     let (tx, mut body) = ChannelBody::channel();
     let ctx = app.chain_ctx();
     let idle = config.timeouts.idle;
@@ -344,7 +360,8 @@ async fn relay<S: Shim>(
     // between tasks per relayed chunk.
     body.fed_by(Box::pin(async move {
         // While the answer streams, the proxy may still call the return
-        // leg (its own tool loop): keep the rid alive until the end.
+        // leg (its own tool loop): keep the rid alive until the end, and
+        // the ledger's turn with it.
         let _pin = pin;
         let _streaming = ctx.state.stream_started();
         if let Err(f) = chain::relay(&ctx, idle, (read, incoming), translator, &tx).await {
@@ -379,17 +396,22 @@ fn name_the_route(headers: &mut HeaderMap, answered: Option<(String, Option<Stri
 /// Sends the agent's request upstream through the chain as it came, the
 /// answer translated once so the agent gets what the proxy path would
 /// give. The request is read ([`Reading`]) while it is upstream, if it was
-/// not already.
+/// not already. The savings ledger books it as its own call (`turn`: the
+/// one the proxy path had opened, when it fell back).
 async fn direct<S: Shim>(
     host: &Arc<Host<S>>,
     app: &Arc<App>,
     config: &Arc<Config>,
     reading: Arc<Reading<S>>,
     agent: Agent,
+    turn: Option<Arc<Turn>>,
 ) -> Response<Body> {
     let name = host.shim.name();
     let housekeeping = is_housekeeping(&agent.native);
     let secrets = Secrets::of(agent.headers.clone());
+    let turn = turn.unwrap_or_else(|| app.ledger.direct_turn(config, name, &agent.conversation));
+    let post = turn.post(false, 0);
+    let native = agent.native.clone();
     let outbound = host.upstream.outbound(
         config,
         agent.native,
@@ -397,10 +419,10 @@ async fn direct<S: Shim>(
         &agent.headers,
         agent.encoded,
     );
-    let (h, a, r) = (host.clone(), app.clone(), reading.clone());
+    let (h, a, r, p) = (host.clone(), app.clone(), reading.clone(), post.clone());
     let factory: TranslatorFactory = Arc::new(move || {
         let (shape, original) = r.get(&h, &a)?;
-        Some(h.agent_translator(shape, original))
+        Some(p.tap(h.agent_translator(shape, original)))
     });
     let mut spec = CallSpec::new(config, name, "fallback", outbound, agent.received);
     spec.translator = Some(factory);
@@ -412,10 +434,15 @@ async fn direct<S: Shim>(
     let call = chain::call(&ctx, spec);
     let resp = while_waiting(call, || {
         reading.get(host, app);
+        // Sent as the agent sent it: its size matters only for an answer
+        // that reports no usage.
+        post.measured(false, shimgate_shim_api::translate::chars(&native));
     })
     .await;
-    if let ChainResponse::Failed(e) = &resp {
-        app.shim_stats(name).error(e.message());
+    match &resp {
+        ChainResponse::Failed(e) => app.shim_stats(name).error(e.message()),
+        ChainResponse::Stream { .. } => post.answered(),
+        _ => {}
     }
     resp.into_response()
 }

@@ -20,6 +20,7 @@ use super::openai_error::{self, ErrorContext};
 use super::while_waiting::while_waiting;
 use super::Host;
 use crate::app::exchange;
+use crate::app::ledger::call::{prompt_chars, Post};
 use crate::app::rid::RidEntry;
 use crate::app::stats::Counter;
 use crate::app::App;
@@ -97,7 +98,11 @@ pub(super) async fn handle<S: Shim>(
         // on the way to the first token, and it is done before the answer
         // goes back (so `/status` has it when the agent has the answer).
         let forwarded = forward(&host, &app, &taken, received);
-        while_waiting(forwarded, || account(&host, &app, &rid, &taken)).await
+        while_waiting(forwarded, || {
+            account(&host, &app, &rid, &taken);
+            measure(&host, &taken);
+        })
+        .await
     }
     .instrument(span)
     .await
@@ -110,6 +115,8 @@ struct Taken<S: Shim> {
     /// The body as the proxy sent it (checked; read where needed).
     openai: OpenAiBody,
     config: Arc<crate::config::Config>,
+    /// The savings ledger's record of this request.
+    post: Arc<Post>,
 }
 
 /// Claims the rid and reads the proxy's body, or the answer refusing it
@@ -170,11 +177,16 @@ async fn take<S: Shim>(
         OpenAiBody::parse(bytes)
     }
     .map_err(|e| body::error_response(ErrorCode::BadRequest, &e.0))?;
+    let side = is_side_request_text(&openai);
+    let post = app
+        .ledger
+        .post(&config, rid, (name, &entry.conversation), side);
     Ok(Taken {
         entry,
         original,
         openai,
         config,
+        post,
     })
 }
 
@@ -203,6 +215,28 @@ fn account<S: Shim>(host: &Host<S>, app: &App, rid: &str, t: &Taken<S>) {
         }
     }
     host.exchanges().push(ex);
+}
+
+/// The savings ledger's measures of the request, taken while it is
+/// upstream: its size, whether it is the compressor's own (a side request
+/// by its shape, when the agent's own request was not one: an agent that
+/// asks for a short title itself is answered, not charged), and, once per
+/// call, the size of the agent's request.
+fn measure<S: Shim>(host: &Host<S>, t: &Taken<S>) {
+    let sent = t.entry.sent.upgrade();
+    let agent_side = sent.as_deref().is_some_and(is_side_request_text);
+    t.post.measured(
+        is_side_request_text(&t.openai) && !agent_side,
+        prompt_chars(&t.openai),
+    );
+    t.post.agent_chars(|| match &sent {
+        Some(s) => Some(prompt_chars(s)),
+        None => host
+            .shim
+            .fold(&t.entry.native)
+            .ok()
+            .map(|f| prompt_chars(&f.openai)),
+    });
 }
 
 /// Restores the native request, sends it upstream through the chain and
@@ -242,8 +276,9 @@ async fn forward<S: Shim>(
     // Translators read only these; the messages are not kept for the
     // length of the stream.
     let request = Arc::new(t.openai.answer_shape());
-    let (h, shape) = (host.clone(), request.clone());
-    let factory: TranslatorFactory = Arc::new(move || Some(Box::new(h.shim.return_leg(&shape))));
+    let (h, shape, post) = (host.clone(), request.clone(), t.post.clone());
+    let factory: TranslatorFactory =
+        Arc::new(move || Some(post.tap(Box::new(h.shim.return_leg(&shape)))));
     let secrets = Secrets::of(entry.headers.clone());
     let mut spec = CallSpec::new(config, name, "return", outbound, received);
     spec.translator = Some(factory);
@@ -258,6 +293,7 @@ async fn forward<S: Shim>(
         ..
     } = &resp
     {
+        t.post.answered();
         // The agent's answer head names them (a side request, such as a
         // proxy's summary, is not the agent's answer).
         if !is_side_request_text(&t.openai) {

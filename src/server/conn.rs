@@ -6,6 +6,12 @@
 //! per listener (beyond that a new one gets `503` at once), and shutdown
 //! closes idle connections at once while streams in flight get a grace
 //! period.
+//!
+//! TLS and plain HTTP share each port: the first byte tells them apart (a
+//! TLS connection opens with a handshake record, `0x16`; an HTTP request
+//! with a method's letter). A TLS connection is handed to `crate::tls`
+//! for its handshake, within the same header-read timeout as a plain
+//! request's first byte, then served by the same code over the TLS stream.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -21,6 +27,7 @@ use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -31,6 +38,10 @@ use tracing::warn;
 use crate::config::ClientLimits;
 use crate::host::ResponseFuture;
 use crate::http::body::{Body, BoxError};
+use crate::tls::{OverTls, Tls};
+
+/// The first byte of a TLS connection: a handshake record (RFC 8446 §5.1).
+const TLS_HANDSHAKE: u8 = 0x16;
 
 /// The answer to a connection beyond the cap: written at once, then closed.
 const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 93\r\nconnection: close\r\n\r\n{\"error\":{\"code\":\"TOO_MANY_CONNECTIONS\",\"message\":\"too many open connections; try again\"}}";
@@ -45,6 +56,8 @@ pub struct Connections {
     /// (if any) and close.
     draining: CancellationToken,
     refused: Arc<AtomicU64>,
+    /// TLS on this listener's port (`None`: plain HTTP only).
+    tls: Option<Arc<Tls>>,
 }
 
 impl Connections {
@@ -56,7 +69,14 @@ impl Connections {
             tracker,
             draining,
             refused: Arc::default(),
+            tls: None,
         }
+    }
+
+    /// The same connections, answering TLS too on the same port.
+    pub fn with_tls(mut self, tls: Arc<Tls>) -> Self {
+        self.tls = Some(tls);
+        self
     }
 
     /// Serves one accepted socket with `handle`, or refuses it when the
@@ -84,13 +104,59 @@ impl Connections {
             .spawn(async move { this.run(stream, handle, permit).await });
     }
 
-    async fn run<F>(&self, stream: TcpStream, handle: F, _permit: OwnedSemaphorePermit)
+    /// Tells TLS from plain HTTP by the first byte, completes a TLS
+    /// handshake, then serves HTTP over whichever stream it is. Waiting
+    /// for the first byte and the handshake are bounded by the header-read
+    /// timeout, and end at shutdown.
+    async fn run<F>(&self, stream: TcpStream, handle: F, permit: OwnedSemaphorePermit)
     where
+        F: Fn(Request<Incoming>) -> ResponseFuture + Send + Sync + Clone + 'static,
+    {
+        let Some(tls) = &self.tls else {
+            return self.serve_http(stream, handle, false, permit).await;
+        };
+        let deadline = Instant::now() + self.limits.header_read_timeout;
+        let mut first = [0u8; 1];
+        let peeked = tokio::select! {
+            peeked = tokio::time::timeout_at(deadline, stream.peek(&mut first)) => peeked,
+            () = self.draining.cancelled() => return,
+        };
+        // A silent client, one gone, or a socket error: closed, as hyper's
+        // header-read timeout closes a silent plain connection.
+        if !matches!(peeked, Ok(Ok(1))) {
+            return;
+        }
+        if first[0] != TLS_HANDSHAKE {
+            return self.serve_http(stream, handle, false, permit).await;
+        }
+        let accepted = tokio::select! {
+            accepted = tls.accept(stream, deadline) => accepted,
+            () = self.draining.cancelled() => return,
+        };
+        if let Some(stream) = accepted {
+            self.serve_http(stream, handle, true, permit).await;
+        }
+    }
+
+    /// Serves HTTP/1.1 on `stream` (plain or TLS: one code for both) until
+    /// the client closes, the idle timeout, or shutdown; requests of a TLS
+    /// connection carry [`OverTls`].
+    async fn serve_http<S, F>(
+        &self,
+        stream: S,
+        handle: F,
+        secure: bool,
+        _permit: OwnedSemaphorePermit,
+    ) where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         F: Fn(Request<Incoming>) -> ResponseFuture + Send + Sync + Clone + 'static,
     {
         let activity = Arc::new(Activity::new());
         let a = activity.clone();
-        let service = service_fn(move |req| {
+        let service = service_fn(move |mut req: Request<Incoming>| {
+            if secure {
+                req.extensions_mut().insert(OverTls);
+            }
             let guard = a.begin();
             // Boxed by the handler: hyper keeps its in-flight service
             // future for as long as the connection lives, and this one holds

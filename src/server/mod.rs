@@ -1,5 +1,6 @@
-//! The listeners: one HTTP/1.1 server per enabled shim, TCP_NODELAY on every
-//! socket, client limits (`conn`), and a graceful shutdown that closes idle
+//! The listeners: one HTTP/1.1 server per enabled shim, TLS and plain HTTP
+//! on the same port, TCP_NODELAY on every socket, client limits (`conn`),
+//! and a graceful shutdown that closes idle
 //! connections at once and lets streams finish within a grace period before
 //! ending them with a final error frame.
 
@@ -44,6 +45,8 @@ pub struct Running {
     draining: CancellationToken,
     /// The route state file's writer (saves once more at shutdown).
     route_writer: tokio::task::JoinHandle<()>,
+    /// The savings file's writer (saves once more at shutdown).
+    ledger_writer: tokio::task::JoinHandle<()>,
     /// Samples the counters for the panel's chart.
     sampler: tokio::task::JoinHandle<()>,
 }
@@ -83,8 +86,10 @@ impl Running {
             let _ = tokio::time::timeout(FLUSH_AFTER_HARD_STOP, self.connections.wait()).await;
         }
         self.route_writer.abort();
+        self.ledger_writer.abort();
         self.sampler.abort();
         self.app.route_file.save(&self.app.chain).await;
+        self.app.ledger.save().await;
     }
 }
 
@@ -99,6 +104,9 @@ pub async fn start(config: Config) -> Running {
     let tracker = TaskTracker::new();
     let mut accept_loops = JoinSet::new();
     let mut addrs = BTreeMap::new();
+    // The CA, if one is there: its fingerprint in the log, and a warning
+    // when it no longer matches `[ca] names` or ends soon.
+    app.tls.at_start();
     for shim in config.shims.iter().filter(|s| s.enabled) {
         let name = shim.name;
         let stats = app.shim_stats(name);
@@ -112,7 +120,8 @@ pub async fn start(config: Config) -> Running {
                     info!(shim = name, "no routes are configured: calls this shim must send upstream get 502 NO_ROUTES");
                 }
                 let connections =
-                    Connections::new(config.client.clone(), tracker.clone(), draining.clone());
+                    Connections::new(config.client.clone(), tracker.clone(), draining.clone())
+                        .with_tls(app.tls.clone());
                 let trust = crate::admin::Listener {
                     remote: !addr.ip().is_loopback(),
                 };
@@ -133,6 +142,7 @@ pub async fn start(config: Config) -> Running {
         }
     }
     let route_writer = tokio::spawn(app.route_file.clone().writer(app.chain.clone()));
+    let ledger_writer = tokio::spawn(app.ledger.clone().writer());
     let sampler = tokio::spawn(sample_counters(app.clone()));
     if config.compressor.is_none() && config.shims.iter().all(|s| s.compressor.is_none()) {
         info!("no compressor is configured: direct mode (requests go upstream uncompressed)");
@@ -146,6 +156,7 @@ pub async fn start(config: Config) -> Running {
         connections: tracker,
         draining,
         route_writer,
+        ledger_writer,
         sampler,
     }
 }

@@ -10,6 +10,8 @@ use crate::support::conversation::{Conversation, Turn};
 use crate::support::model::{Model, Wire};
 use crate::support::{print_figures, Gate};
 
+use super::savings::{agent_tokens, check_real};
+
 /// The window bili is given (tokens), as in the measured run.
 const WINDOW: u64 = 16_000;
 
@@ -118,6 +120,29 @@ async fn the_real_billion_context_compresses_both_wires_through_shimgate() {
         2,
         "one bili session per conversation: {sessions:#?}"
     );
+    // The savings ledger: the rounds in which the model called `compress`
+    // are bili's own (it runs the tool and asks again); the round after
+    // answered the agent.
+    let savings = &st["savings"];
+    for (wire, conv, id, model) in [
+        (Wire::Qoder, &q, "conv-q", &s.qoder),
+        (Wire::Trae, &t, "conv-t", &s.trae),
+    ] {
+        let seen = model.seen();
+        assert!(
+            seen.iter().any(|x| x.compressed),
+            "{wire:?}: no compress round"
+        );
+        check_real(
+            "billion-context",
+            wire,
+            savings,
+            id,
+            &seen,
+            |x| !x.compressed,
+            agent_tokens(wire, &conv.turns),
+        );
+    }
 }
 
 #[tokio::test]

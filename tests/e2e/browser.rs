@@ -310,3 +310,91 @@ async fn serve_says_where_each_panel_is() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// A savings file with the ten days before `today` (in the config's zone):
+/// a net saving most days, a net cost every fourth.
+fn savings_history(today: chrono::NaiveDate) -> serde_json::Value {
+    let mut days = serde_json::Map::new();
+    for i in 1..=10u64 {
+        let date = today - chrono::Days::new(i);
+        let (agent, sent) = if i % 4 == 0 {
+            (9_000, 8_000)
+        } else {
+            (40_000 + i * 1_000, 15_000)
+        };
+        days.insert(
+            date.to_string(),
+            json!({"calls": 6, "agentTokens": agent, "sentTokens": sent, "sideCalls": 1, "sideTokens": 3_000}),
+        );
+    }
+    json!({"version": 1, "savedAtMs": 1, "days": days})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_savings_card_shows_today_fourteen_days_and_the_conversations_in_both_languages() {
+    use crate::support::conversation::Conversation;
+    use crate::support::model::{Model, Wire};
+    use crate::support::proxy::{Options, TestProxy};
+    let Some(browser) = Browser::find() else {
+        return;
+    };
+    let model = Model::start(Wire::Trae).await;
+    let dir = tempdir();
+    let file = dir.join("shimgate.toml");
+    let mut base = format!(
+        "[ordering]\nzone = \"Asia/Shanghai\"\n[retry]\ninitial_delay_ms = 10\n\
+         [[shims.trae.routes]]\nname = \"t1\"\nurl = \"{}\"\n",
+        model.url()
+    );
+    if cfg!(feature = "test-shims") {
+        base.push_str("\n[shims.openai]\nenabled = false\n");
+    }
+    std::fs::write(
+        &file,
+        format!("[state]\ndir = \"{}\"\n{base}", dir.join("state").display()),
+    )
+    .unwrap();
+    let mut config = shimgate::config::Config::load(&file).unwrap();
+    config.listen_on_free_ports();
+    let today = chrono::Utc::now()
+        .with_timezone(&chrono_tz::Asia::Shanghai)
+        .date_naive();
+    let name = shimgate::app::ledger::store::file_name(config.source.as_deref());
+    std::fs::create_dir_all(&config.state_dir).unwrap();
+    std::fs::write(
+        config.state_dir.join(name),
+        savings_history(today).to_string(),
+    )
+    .unwrap();
+    let gate = Gate::start_config(config).await;
+    let options = Options {
+        threshold: 6_000,
+        keep_recent: 2,
+        ..Options::default()
+    };
+    let proxy = TestProxy::start(gate.trae.clone(), options).await;
+    gate.use_compressor(&proxy.url(), &base);
+    // One long conversation the compressor shortens, one short one it
+    // only makes longer (its preamble).
+    let mut long = Conversation::new(Wire::Trae, "conv-long", "cred-1");
+    for _ in 0..5 {
+        assert!(long.turn(&gate.trae).await.error.is_none());
+    }
+    let mut short = Conversation::new(Wire::Trae, "conv-short", "cred-1");
+    assert!(short.turn(&gate.trae).await.error.is_none());
+    let shots = shots_dir();
+    let found = browser
+        .run("savings", &json!({"base": gate.trae, "shots": shots}))
+        .await;
+    assert_eq!(found["console"], json!([]), "no console error or warning");
+    eprintln!(
+        "FIGURES savings card: today {}; bars {}; best {:?}; worst {:?}; zh {:?}; pictures {} and {}",
+        found["today"],
+        found["bars"],
+        found["best"],
+        found["worst"],
+        found["zh"],
+        shots.join("savings-en.png").display(),
+        shots.join("savings-zh.png").display()
+    );
+}

@@ -21,6 +21,8 @@ mod qoder;
 mod qoder_cli;
 mod qoder_cosy;
 mod return_errors;
+mod savings;
 mod secrets;
+mod tls;
 mod trae;
 mod trust;

@@ -18,6 +18,8 @@ use crate::support::external::{awecompress, headroom, python_with, Peer};
 use crate::support::model::{Model, Wire};
 use crate::support::{print_figures, Gate};
 
+use super::savings::{agent_tokens, check_real};
+
 /// What the agent sends each turn.
 #[derive(Clone, Copy)]
 enum Content {
@@ -125,6 +127,27 @@ impl Run {
         );
     }
 
+    /// The savings ledger's figures of the conversation, checked against
+    /// what the provider counted (`answered`: the requests that answered
+    /// the agent, the others being the proxy's own).
+    async fn savings(&self, answered: impl Fn(&crate::support::model::Seen) -> bool) -> Value {
+        let savings = self.gate.status().await["savings"].clone();
+        let wire = if self.name == "qoder" {
+            Wire::Qoder
+        } else {
+            Wire::Trae
+        };
+        check_real(
+            self.peer.name,
+            wire,
+            &savings,
+            &format!("conv-{}", self.peer.name),
+            &self.model.seen(),
+            answered,
+            agent_tokens(wire, &self.turns),
+        )
+    }
+
     /// One line of figures for the README's table.
     fn figures(&self, extra: &str) {
         let last = self.turns.last().unwrap();
@@ -225,6 +248,16 @@ async fn awecompress_summarises(wire: Wire) {
         "; awecompress summary calls {calls}, saved_tokens {}",
         status["stats"]["saved_tokens"]
     ));
+    // The savings ledger: each summary (`stream: false`, its own system
+    // prompt) is awecompress's own call, charged with what the provider
+    // counted for it.
+    let conv = run
+        .savings(|s| {
+            !s.first
+                .starts_with("You compress a coding agent's conversation")
+        })
+        .await;
+    assert_eq!(conv["sideCalls"], calls, "{conv:#}");
     run.gate.stop(std::time::Duration::from_secs(1)).await;
 }
 
@@ -267,6 +300,9 @@ async fn headroom_compresses_tool_outputs(wire: Wire) {
         "; headroom tokens saved {}",
         stats["tokens"]["saved"]
     ));
+    let conv = run.savings(|_| true).await;
+    assert_eq!(conv["sideCalls"], 0, "{conv:#}");
+    assert!(conv["savedTokens"].as_i64().unwrap() > 0, "{conv:#}");
     run.gate.stop(std::time::Duration::from_secs(1)).await;
 }
 

@@ -57,6 +57,28 @@ pub fn python_with(module: &str) -> Option<PathBuf> {
     None
 }
 
+/// A program on `PATH` the tests drive (`node`, `openssl`, `certutil`), or
+/// `None` (skip, with a note saying how to get it: `install`) when it is
+/// not installed; `SHIMGATE_REQUIRE_EXTERNAL=1` makes a missing one fail.
+pub fn program(name: &str, install: &str) -> Option<PathBuf> {
+    // Any exit status will do: `certutil` has no `--version` and says so.
+    let there = Command::new(name)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    if there {
+        return Some(PathBuf::from(name));
+    }
+    let why = format!("no `{name}` on PATH: {install}");
+    if std::env::var("SHIMGATE_REQUIRE_EXTERNAL").is_ok_and(|v| v == "1") {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    None
+}
+
 /// Starts the SDK proxy in front of `upstream`.
 pub fn sdk_proxy(python: &PathBuf, upstream: &str) -> Proc {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/sdk_proxy.py");

@@ -22,6 +22,7 @@ pub mod qoder_world;
 pub mod scripted_https;
 pub mod signal;
 pub mod test_ca;
+pub mod tls;
 pub mod trae;
 pub mod upstream;
 
@@ -63,12 +64,13 @@ impl Gate {
 
     /// Starts shimgate with a ready config (its state dir, unless the
     /// test set one, is a temporary one shared by this test process, and
-    /// then keeps no route state file: tests must not learn from each
-    /// other).
+    /// then keeps no route state file and no savings file: tests must not
+    /// learn from each other).
     pub async fn start_config(mut config: Config) -> Gate {
         if config.state_dir == shimgate::config::default_state_dir() {
             config.state_dir = test_state_dir();
             config.state_ttl = Duration::ZERO;
+            config.savings.file = false;
         }
         let running = server::start(config).await;
         let url = |n| {
@@ -196,8 +198,9 @@ impl Gate {
 }
 
 /// The test's TOML for a child process: each shim's `listen` set (port 0,
-/// or where it already listens), `[state] ttl_ms = 0` unless the test has
-/// a `[state]`; with the shims that will listen.
+/// or where it already listens), `[state] ttl_ms = 0` and `[savings] file
+/// = false` unless the test has a `[state]`; with the shims that will
+/// listen.
 fn binary_toml(toml: &str, listens: Option<(&str, &str)>) -> (String, Vec<String>) {
     let mut doc: toml_edit::DocumentMut = toml.parse().expect("test config");
     let mut shims = Vec::new();
@@ -214,6 +217,9 @@ fn binary_toml(toml: &str, listens: Option<(&str, &str)>) -> (String, Vec<String
     }
     if doc.get("state").is_none() {
         doc["state"]["ttl_ms"] = toml_edit::value(0);
+        if doc.get("savings").is_none() {
+            doc["savings"]["file"] = toml_edit::value(false);
+        }
     }
     (doc.to_string(), shims)
 }

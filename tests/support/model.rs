@@ -1,7 +1,11 @@
 //! A scripted *model* behind a shim, for the compression runs: it speaks
 //! the provider's wire (qoder envelopes, TRAE SOLO events, or plain OpenAI
-//! SSE), reports `prompt_tokens` = content characters / 4 as a real model
-//! would, and follows billion-context's nudges: when the last user message
+//! SSE), reports `prompt_tokens` from what it really received, as a real
+//! model would (characters / 4 of the messages' content and the tools'
+//! definitions, [`prompt_tokens`]), and on the wires that report it (qoder,
+//! OpenAI) the cached part: the leading messages that were the same in the
+//! request before ([`Seen::cached_tokens`]). It follows billion-context's
+//! nudges: when the last user message
 //! asks it to call `compress` and offers a range (`m00003–m00021`, or a
 //! block `b1`), it answers with a streamed `compress` tool call naming the
 //! first offered range. It can be told to refuse the next request as too
@@ -31,6 +35,13 @@ pub struct Seen {
     /// Message content characters (text and tool-call arguments).
     pub chars: usize,
     pub messages: usize,
+    /// The `prompt_tokens` it reported.
+    pub prompt_tokens: u64,
+    /// The cached part it reported (0 on TRAE, whose wire has no such field).
+    pub cached_tokens: u64,
+    /// The start of its first message's text (a compressor's own request,
+    /// a summary, says what it is there).
+    pub first: String,
     /// The request carried a compress nudge and was answered with `compress`.
     pub compressed: bool,
     /// The request was refused as too long.
@@ -49,6 +60,9 @@ pub struct Model {
     /// request passed the provider's checks).
     scripted: Arc<Mutex<std::collections::VecDeque<Reply>>>,
 }
+
+/// What the model last read, message by message (its prompt cache).
+type Cache = Arc<Mutex<Vec<String>>>;
 
 /// The ids a qoder upstream has seen: it refuses a reused one with 103.
 #[derive(Default)]
@@ -71,6 +85,7 @@ impl Model {
         let overflow: Overflow = Arc::default();
         let ids: Arc<Mutex<SeenIds>> = Arc::default();
         let scripted: Arc<Mutex<std::collections::VecDeque<Reply>>> = Arc::default();
+        let cache: Cache = Arc::default();
         let (s, o, q) = (seen.clone(), overflow.clone(), scripted.clone());
         let upstream = Upstream::start(move |r, n| {
             let body = match qoder_checks(wire, r, &ids) {
@@ -79,6 +94,9 @@ impl Model {
                     s.lock().unwrap().push(Seen {
                         chars: 0,
                         messages: 0,
+                        prompt_tokens: 0,
+                        cached_tokens: 0,
+                        first: String::new(),
                         compressed: false,
                         overflowed: false,
                         problems: vec![refusal.clone()],
@@ -86,7 +104,7 @@ impl Model {
                     return Reply::json(403, &refusal);
                 }
             };
-            let reply = answer(wire, r, &body, n, &s, &o);
+            let reply = answer(wire, r, &body, n, (&s, &o, &cache));
             q.lock().unwrap().pop_front().unwrap_or(reply)
         })
         .await;
@@ -179,20 +197,78 @@ fn qoder_checks(wire: Wire, r: &Recorded, ids: &Mutex<SeenIds>) -> Result<Value,
     Ok(ask)
 }
 
+/// The prompt tokens a request costs: a quarter of the characters of its
+/// messages' content (text and tool-call arguments) and of its tools'
+/// definitions (a tool's `parameters` counted as the JSON object it
+/// describes, whether the wire sends it as an object or as a string).
+pub fn prompt_tokens(body: &Value) -> u64 {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    ((content_chars(&messages) + tools_chars(body)) / 4) as u64
+}
+
+/// Characters of a body's tool definitions, `parameters` as objects.
+pub fn tools_chars(body: &Value) -> usize {
+    let mut tools = body["tools"].as_array().cloned().unwrap_or_default();
+    for t in &mut tools {
+        if let Some(p) = t.pointer_mut("/function/parameters") {
+            if let Some(parsed) = p
+                .as_str()
+                .and_then(|s| serde_json::from_str::<Value>(s).ok())
+            {
+                *p = parsed;
+            }
+        }
+    }
+    if tools.is_empty() {
+        return 0;
+    }
+    Value::Array(tools).to_string().chars().count()
+}
+
+/// The cached part of a prompt: the characters / 4 of the leading
+/// messages that are the same as in the request before (a rewritten
+/// prefix, as a compressor's, starts the cache afresh).
+fn cached_tokens(messages: &[Value], cache: &Mutex<Vec<String>>) -> u64 {
+    let texts: Vec<String> = messages.iter().map(Value::to_string).collect();
+    let mut before = cache.lock().unwrap();
+    let same = before
+        .iter()
+        .zip(&texts)
+        .take_while(|(a, b)| a == b)
+        .count();
+    let chars = content_chars(&messages[..same]);
+    *before = texts;
+    (chars / 4) as u64
+}
+
 fn answer(
     wire: Wire,
     r: &Recorded,
     body: &Value,
     n: usize,
-    seen: &Mutex<Vec<Seen>>,
-    overflow: &Mutex<Option<Option<String>>>,
+    (seen, overflow, cache): (&Mutex<Vec<Seen>>, &Overflow, &Cache),
 ) -> Reply {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let chars = content_chars(&messages);
-    let prompt_tokens = (chars / 4) as u64;
+    let prompt_tokens = prompt_tokens(body);
+    let cached = if wire == Wire::Trae {
+        0
+    } else {
+        cached_tokens(&messages, cache).min(prompt_tokens)
+    };
+    let usage = Counted {
+        prompt: prompt_tokens,
+        cached,
+    };
     let mut record = Seen {
         chars,
         messages: messages.len(),
+        prompt_tokens,
+        cached_tokens: cached,
+        first: messages
+            .first()
+            .map(|m| content_text(&m["content"]).chars().take(80).collect())
+            .unwrap_or_default(),
         compressed: false,
         overflowed: false,
         problems: problems(wire, r, body),
@@ -206,15 +282,9 @@ fn answer(
         let args = json!({"topic": "earlier turns", "content": [{"startId": start, "endId": end,
             "summary": format!("The user and the assistant went through notes {start} to {end}.")}]})
         .to_string();
-        tool_call(
-            wire,
-            &format!("call_c{n}"),
-            "compress",
-            &args,
-            prompt_tokens,
-        )
+        tool_call(wire, &format!("call_c{n}"), "compress", &args, usage)
     } else {
-        text(wire, &format!("Noted, reply {n}."), prompt_tokens)
+        text(wire, &format!("Noted, reply {n}."), usage)
     };
     seen.lock().unwrap().push(record);
     reply
@@ -307,25 +377,52 @@ pub fn offered_range(text: &str) -> Option<(String, String)> {
     Some((quoted("startId")?, quoted("endId")?))
 }
 
-fn text(wire: Wire, text: &str, prompt_tokens: u64) -> Reply {
+/// What the model reports of a request it answers.
+#[derive(Debug, Clone, Copy)]
+struct Counted {
+    prompt: u64,
+    cached: u64,
+}
+
+/// The usage chunk of `chunks` with the cached part, as qoder's envelope
+/// and the OpenAI wire report it (`prompt_tokens_details.cached_tokens`).
+fn usage_chunk(chunks: &Chunks<'_>, c: Counted) -> Value {
+    let mut v = chunks.usage(c.prompt, 5);
+    v["usage"]["prompt_tokens_details"] = json!({"cached_tokens": c.cached});
+    v
+}
+
+fn text(wire: Wire, text: &str, c: Counted) -> Reply {
     match wire {
-        Wire::Qoder => qoder::answer(text, prompt_tokens),
-        Wire::Trae => super::trae::reply(&super::trae::answer(text, None, prompt_tokens)),
-        Wire::OpenAi => openai_sse(&[json!({"content": text})], "stop", prompt_tokens),
+        Wire::Qoder => {
+            // The testkit's answer, its usage frame reporting the cache.
+            let usage = qoder::envelope(&usage_chunk(&qoder::CHUNKS, c).to_string());
+            qoder::answer_frames(text, c.prompt)
+                .into_iter()
+                .map(|f| {
+                    if f.contains("usage") {
+                        usage.clone()
+                    } else {
+                        f
+                    }
+                })
+                .fold(Reply::sse(), |r, f| r.chunk(f))
+                .hold()
+        }
+        Wire::Trae => super::trae::reply(&super::trae::answer(text, None, c.prompt)),
+        Wire::OpenAi => openai_sse(&[json!({"content": text})], "stop", c),
     }
 }
 
-fn tool_call(wire: Wire, id: &str, name: &str, args: &str, prompt_tokens: u64) -> Reply {
+fn tool_call(wire: Wire, id: &str, name: &str, args: &str, c: Counted) -> Reply {
     match wire {
-        Wire::Trae => super::trae::reply(&super::trae::answer(
-            "",
-            Some((id, name, args)),
-            prompt_tokens,
-        )),
+        Wire::Trae => {
+            super::trae::reply(&super::trae::answer("", Some((id, name, args)), c.prompt))
+        }
         Wire::Qoder => {
             let (a, b) = args.split_at(args.len() / 2);
             let chunk = |delta, finish| qoder::CHUNKS.delta(delta, finish).to_string();
-            let (_, usage) = qoder::finish_and_usage(prompt_tokens);
+            let usage = usage_chunk(&qoder::CHUNKS, c).to_string();
             Reply::sse()
                 .chunk(qoder::envelope(&qoder::role_chunk()))
                 .chunk(qoder::envelope(&chunk(
@@ -346,7 +443,7 @@ fn tool_call(wire: Wire, id: &str, name: &str, args: &str, prompt_tokens: u64) -
                 json!({"tool_calls": [{"index": 0, "id": id, "type": "function", "function": {"name": name, "arguments": args}}]}),
             ],
             "tool_calls",
-            prompt_tokens,
+            c,
         ),
     }
 }
@@ -374,7 +471,7 @@ fn too_long(wire: Wire, prompt_tokens: u64, words: Option<String>) -> Reply {
     }
 }
 
-fn openai_sse(deltas: &[Value], finish: &str, prompt_tokens: u64) -> Reply {
+fn openai_sse(deltas: &[Value], finish: &str, c: Counted) -> Reply {
     let chunks = Chunks {
         id: "chatcmpl-m",
         created: 1,
@@ -387,7 +484,7 @@ fn openai_sse(deltas: &[Value], finish: &str, prompt_tokens: u64) -> Reply {
         r = r.chunk(frame(&chunks.delta(d.clone(), Value::Null)));
     }
     r.chunk(frame(&chunks.delta(json!({}), json!(finish))))
-        .chunk(frame(&chunks.usage(prompt_tokens, 5)))
+        .chunk(frame(&usage_chunk(&chunks, c)))
         .chunk(DONE)
         .end()
 }

@@ -39,6 +39,10 @@ pub struct Meter {
     pub prompt_tokens: Option<u64>,
     /// `usage.completion_tokens`, when reported.
     pub completion_tokens: Option<u64>,
+    /// Prompt tokens the provider read from its cache
+    /// (`usage.prompt_tokens_details.cached_tokens`, or the wire's own
+    /// name for it), when reported: the savings ledger shows them.
+    pub cached_tokens: Option<u64>,
     /// Characters of answer content (text, reasoning and tool-call deltas,
     /// as their JSON strings or arrays are written), for an upstream that
     /// reports no usage.

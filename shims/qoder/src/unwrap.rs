@@ -398,29 +398,42 @@ impl Unwrapper {
     }
 }
 
-/// The token counts of a chunk's `usage`, read off the checked chunk
-/// with the cursor; parsed whole only when a key is escaped.
+/// The token counts of a chunk's `usage` (prompt, completion, and the
+/// cached part of the prompt under `prompt_tokens_details`), read off the
+/// checked chunk with the cursor; parsed whole only when a key is escaped.
 fn read_usage(chunk: &[u8], meter: &mut Meter) {
     use shimgate_shim_api::json_scan::{as_u64, last_member};
     let counts = last_member(chunk, b"usage").and_then(|usage| {
-        let count = |key: &[u8]| match usage {
-            Some(u) => last_member(u, key).map(|n| n.and_then(as_u64)),
-            None => Ok(None),
+        let Some(u) = usage else {
+            return Ok((None, None, None));
         };
-        Ok((count(b"prompt_tokens")?, count(b"completion_tokens")?))
+        let count = |key: &[u8]| last_member(u, key).map(|n| n.and_then(as_u64));
+        let cached = match last_member(u, b"prompt_tokens_details")? {
+            Some(d) => last_member(d, b"cached_tokens")?.and_then(as_u64),
+            None => None,
+        };
+        Ok((
+            count(b"prompt_tokens")?,
+            count(b"completion_tokens")?,
+            cached,
+        ))
     });
-    let (prompt, completion) = match counts {
+    let (prompt, completion, cached) = match counts {
         Ok(counts) => counts,
         Err(_) => {
             let Ok(v) = serde_json::from_slice::<Value>(chunk) else {
                 return;
             };
             let count = |key: &str| v.get("usage")?.get(key)?.as_u64();
-            (count("prompt_tokens"), count("completion_tokens"))
+            let cached = v
+                .pointer("/usage/prompt_tokens_details/cached_tokens")
+                .and_then(Value::as_u64);
+            (count("prompt_tokens"), count("completion_tokens"), cached)
         }
     };
     meter.prompt_tokens = prompt.or(meter.prompt_tokens);
     meter.completion_tokens = completion.or(meter.completion_tokens);
+    meter.cached_tokens = cached.or(meter.cached_tokens);
 }
 
 /// Whether an object frame may be an envelope: one has a `body` or a

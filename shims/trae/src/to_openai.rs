@@ -445,7 +445,9 @@ fn content_chars(o: &Output<'_>) -> u64 {
     literal(o.response) + literal(o.reasoning) + args
 }
 
-/// `token_usage`'s counts, under either spelling SOLO uses.
+/// `token_usage`'s counts, under either spelling SOLO uses (the cached
+/// part of the prompt as `cached_tokens` or `cache_read_tokens`, when it
+/// is reported at all).
 fn read_usage(data: &[u8], meter: &mut Meter) {
     use shimgate_shim_api::json_scan::{as_u64, is_valid, last_member};
     // Text `serde_json` refuses says nothing (as it did parsed).
@@ -462,9 +464,14 @@ fn read_usage(data: &[u8], meter: &mut Meter) {
         }
         Ok(None)
     };
-    let counts = cursor([b"prompt_tokens", b"input_tokens"])
-        .and_then(|p| Ok((p, cursor([b"completion_tokens", b"output_tokens"])?)));
-    let (prompt, completion) = match counts {
+    let counts = cursor([b"prompt_tokens", b"input_tokens"]).and_then(|p| {
+        Ok((
+            p,
+            cursor([b"completion_tokens", b"output_tokens"])?,
+            cursor([b"cached_tokens", b"cache_read_tokens"])?,
+        ))
+    });
+    let (prompt, completion, cached) = match counts {
         Ok(counts) => counts,
         Err(_) => {
             let Ok(v) = serde_json::from_slice::<Value>(data) else {
@@ -474,11 +481,13 @@ fn read_usage(data: &[u8], meter: &mut Meter) {
             (
                 count(["prompt_tokens", "input_tokens"]),
                 count(["completion_tokens", "output_tokens"]),
+                count(["cached_tokens", "cache_read_tokens"]),
             )
         }
     };
     meter.prompt_tokens = prompt.or(meter.prompt_tokens);
     meter.completion_tokens = completion.or(meter.completion_tokens);
+    meter.cached_tokens = cached.or(meter.cached_tokens);
 }
 
 fn is_done_marker(ev: &SseEvent) -> bool {
@@ -587,5 +596,40 @@ impl StreamTranslator for ToOpenAi {
             other => other.to_string(),
         };
         self.error_frames(&code, failure, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metered(data: &str) -> Meter {
+        let mut m = Meter::default();
+        read_usage(data.as_bytes(), &mut m);
+        m
+    }
+
+    #[test]
+    fn token_usage_is_metered_with_the_cached_part_when_reported() {
+        let m = metered(r#"{"prompt_tokens":21,"completion_tokens":142,"total_tokens":163}"#);
+        assert_eq!(
+            (m.prompt_tokens, m.completion_tokens, m.cached_tokens),
+            (Some(21), Some(142), None)
+        );
+        let m = metered(r#"{"input_tokens":30,"output_tokens":4,"cache_read_tokens":12}"#);
+        assert_eq!(
+            (m.prompt_tokens, m.completion_tokens, m.cached_tokens),
+            (Some(30), Some(4), Some(12))
+        );
+        let m = metered(r#"{"prompt_tokens":30,"c\u0061ched_tokens":12}"#);
+        assert_eq!(m.cached_tokens, Some(12));
+        for odd in [
+            r#"{"prompt_tokens":"30"}"#,
+            r#"{"prompt_tokens":-3}"#,
+            r#"{"prompt_tokens":3.5}"#,
+            "not json",
+        ] {
+            assert_eq!(metered(odd), Meter::default(), "{odd}");
+        }
     }
 }

@@ -52,6 +52,15 @@ const TEXT = {
     writesTo: "changes are written to", reload: "reload config", reloaded: "reloaded at", updated: "updated", stale: "not updating", uptime: "up",
     byHand: "by hand", of: "of", ms: "ms", "tokens/s": "tokens/s", "chars/s": "chars/s", unlimited: "no cap",
     hours: "h", minutes: "m", seconds: "s", version: "version",
+    savings: "Savings", savingsToday: "Today", savingsDay: "{date} in {zone}",
+    savingsCalls: "calls", agentTokens: "agent's tokens", sentTokens: "sent upstream", savedTokens: "saved",
+    cachedTokens: "of them cached", sideCalls: "compressor's calls", sideTokens: "their tokens", netTokens: "net",
+    savingsChart: "net tokens per day", savingsSpan: "last 14 days", savingsUp: "saved", savingsDown: "cost more",
+    savingsBest: "Saved most", savingsWorst: "Cost more than it saved", savingsNoBest: "No conversation saved tokens yet.",
+    savingsNoWorst: "No conversation cost more than it saved.", zoneLocal: "this machine's zone",
+    savingsEmpty: "No call booked yet.", savingsOlder: "and {n} older conversations, summed",
+    savingsEstimated: "{n} calls reported no usage: estimated.",
+    "method-provider-ratio": "Tokens: sent = the provider's own count; the agent's = the provider's tokens per character sent × the characters the agent sent; net = saved − the compressor's own calls.",
   },
   zh: {
     shims: "垫片", chain: "故障转移链", routes: "线路", failedToday: "今日失败",
@@ -95,6 +104,15 @@ const TEXT = {
     writesTo: "修改写入", reload: "重新加载配置", reloaded: "已重新加载于", updated: "更新于", stale: "未在更新", uptime: "运行", byHand: "手动",
     of: "/", ms: "毫秒", "tokens/s": "token/秒", "chars/s": "字符/秒", unlimited: "不限",
     hours: "时", minutes: "分", seconds: "秒", version: "版本",
+    savings: "节省", savingsToday: "今日", savingsDay: "{date}（{zone}）",
+    savingsCalls: "调用", agentTokens: "代理原始 token", sentTokens: "实际发送", savedTokens: "压缩节省",
+    cachedTokens: "其中缓存命中", sideCalls: "压缩器自身调用", sideTokens: "其 token", netTokens: "净节省",
+    savingsChart: "每日净节省 token", savingsSpan: "近 14 天", savingsUp: "节省", savingsDown: "多花",
+    savingsBest: "节省最多的会话", savingsWorst: "得不偿失的会话", savingsNoBest: "尚无节省 token 的会话。",
+    savingsNoWorst: "没有得不偿失的会话。", zoneLocal: "本机时区",
+    savingsEmpty: "尚无记账的调用。", savingsOlder: "另有 {n} 个较早的会话已合并",
+    savingsEstimated: "{n} 次调用没有用量报告，为估算值。",
+    "method-provider-ratio": "token 计法：实际发送 = 服务商自报数；代理原始 = 服务商每字符 token 数 × 代理发送的字符数；净节省 = 压缩节省 − 压缩器自身调用。",
   },
 };
 
@@ -221,6 +239,92 @@ function chart(shim, history) {
   return `<figure class="chart" data-testid="chart-${esc(shim)}">
     <figcaption><span class="key a"></span>${esc(t("chartCalls"))} <span class="key b"></span>${esc(t("chartFolded"))}
       <span class="muted">${esc(t("chartUnit"))} · ${esc(span)}</span></figcaption>
+    <svg viewBox="0 0 ${left + width + 2} ${top + height + 16}" role="img" aria-label="${esc(title)}"><title>${esc(title)}</title>${axis}${bars}${ticks}</svg></figure>`;
+}
+
+// A token count as the page's language writes numbers; `signed` puts a
+// plus before a gain (a loss has its minus).
+function tokens(n, signed) {
+  const text = Number(n || 0).toLocaleString(lang === "zh" ? "zh-CN" : "en-US");
+  return signed && n > 0 ? `+${text}` : text;
+}
+
+const SAVINGS_FIELDS = ["agentTokens", "sentTokens", "savedTokens", "cachedTokens", "sideCalls", "sideTokens", "netTokens"];
+
+// The savings card (`/status` `savings`): today's figures, net per day over
+// the last 14 days in the config's zone, and the conversations that saved
+// most and those where compression cost more than it saved.
+function renderSavings() {
+  const sv = status.savings;
+  if (!sv) return "";
+  const today = sv.today || {};
+  const figures = SAVINGS_FIELDS.map((f) => {
+    const signed = f === "savedTokens" || f === "netTokens";
+    const cls = signed ? (today[f] > 0 ? "net-up" : today[f] < 0 ? "net-down" : "") : "";
+    return `<div><dt>${esc(t(f))}</dt><dd class="${cls}" data-testid="savings-today-${f}">${esc(tokens(today[f], signed))}</dd></div>`;
+  }).join("");
+  const estimated = today.estimatedCalls ? ` ${esc(t("savingsEstimated", { n: today.estimatedCalls }))}` : "";
+  const zone = sv.zone === "local" ? t("zoneLocal") : sv.zone;
+  const day = t("savingsDay", { date: today.date || "", zone });
+  const todayCard = `<div class="card" data-testid="savings-today"><h3>${esc(t("savingsToday"))} <span class="muted">${esc(day)} · ${esc(tokens(today.calls))} ${esc(t("savingsCalls"))}</span></h3>
+    <dl class="counters">${figures}</dl>${savingsChart(sv)}
+    <p class="method muted" data-testid="savings-method" title="${esc(sv.method)}">${esc(t(`method-${sv.method}`))}${estimated}</p></div>`;
+  const convs = sv.conversations || [];
+  const best = convs.filter((c) => c.netTokens > 0).sort((a, b) => b.netTokens - a.netTokens).slice(0, 5);
+  const worst = convs.filter((c) => c.netTokens < 0).sort((a, b) => a.netTokens - b.netTokens).slice(0, 5);
+  const older = sv.olderConversations && sv.olderConversations.conversations
+    ? `<p class="muted more">${esc(t("savingsOlder", { n: sv.olderConversations.conversations }))}</p>` : "";
+  return `${todayCard}<div class="card"><h3>${esc(t("savingsBest"))}</h3>${conversationTable(best, "savings-best", t("savingsNoBest"))}
+    <h3>${esc(t("savingsWorst"))}</h3>${conversationTable(worst, "savings-worst", t("savingsNoWorst"))}${older}</div>`;
+}
+
+function conversationTable(list, testid, empty) {
+  if (!list.length) return `<p class="muted" data-testid="${testid}">${esc(empty)}</p>`;
+  const rows = list.map((c) => `<tr data-conversation="${esc(c.id)}"><td>${c.id ? `<code>${esc(c.id)}</code>` : esc(t("noSession"))}</td><td>${esc(c.shim)}</td>
+    <td>${esc(tokens(c.calls))}</td><td>${esc(tokens(c.agentTokens))} → ${esc(tokens(c.sentTokens))}</td>
+    <td>${esc(tokens(c.sideCalls))} / ${esc(tokens(c.sideTokens))}</td>
+    <td class="${c.netTokens > 0 ? "net-up" : "net-down"}">${esc(tokens(c.netTokens, true))}</td></tr>`).join("");
+  return `<div class="scroll"><table data-testid="${testid}"><thead><tr><th>${esc(t("session"))}</th><th>${esc(t("shim"))}</th><th>${esc(t("savingsCalls"))}</th>
+    <th>${esc(t("agentTokens"))} → ${esc(t("sentTokens"))}</th><th>${esc(t("sideCalls"))} / ${esc(t("sideTokens"))}</th><th>${esc(t("netTokens"))}</th></tr></thead><tbody>${rows}</tbody></table></div>`;
+}
+
+// The last 14 days (in the config's zone, today last): one bar each, up
+// for a net saving, down for a net cost, on one scale; days with no call
+// have no bar.
+function savingsChart(sv) {
+  const byDate = new Map((sv.days || []).map((d) => [d.date, d]));
+  const end = new Date(`${sv.today.date}T00:00:00Z`);
+  if (Number.isNaN(end.getTime())) return "";
+  const days = [];
+  for (let i = 13; i >= 0; i--) {
+    const date = new Date(end.getTime() - i * 86400000).toISOString().slice(0, 10);
+    days.push({ date, day: byDate.get(date) });
+  }
+  const nets = days.map((d) => (d.day ? d.day.netTokens : 0));
+  const max = Math.max(1, ...nets.map(Math.abs));
+  const [left, top, width, height] = [44, 4, 280, 64];
+  const w = width / days.length;
+  const zero = top + height / 2;
+  const bars = days.map((d, i) => {
+    if (!d.day) return "";
+    const net = d.day.netTokens;
+    const h = (Math.abs(net) / max) * (height / 2);
+    const tip = `${d.date}: ${t("netTokens")} ${tokens(net, true)} (${t("savedTokens")} ${tokens(d.day.savedTokens, true)}, ${t("sideTokens")} ${tokens(d.day.sideTokens)}, ${tokens(d.day.calls)} ${t("savingsCalls")})`;
+    return `<rect class="${net >= 0 ? "up" : "down"}" data-date="${esc(d.date)}" x="${(left + i * w + w * 0.15).toFixed(1)}" y="${(net >= 0 ? zero - h : zero).toFixed(1)}" width="${(w * 0.7).toFixed(1)}" height="${Math.max(h, 0.5).toFixed(1)}"><title>${esc(tip)}</title></rect>`;
+  }).join("");
+  const ticks = [0, 7, 13].map((i) => {
+    const anchor = i === 0 ? "start" : i === 13 ? "end" : "middle";
+    const x = i === 13 ? left + width : left + i * w + w / 2;
+    return `<text class="tick" x="${x.toFixed(1)}" y="${top + height + 12}" text-anchor="${anchor}">${esc(days[i].date.slice(5))}</text>`;
+  }).join("");
+  const axis = `<line class="axis" x1="${left}" y1="${zero}" x2="${left + width}" y2="${zero}"/>` +
+    `<text class="tick" x="${left - 3}" y="${top + 8}" text-anchor="end">+${esc(tokens(max))}</text>` +
+    `<text class="tick" x="${left - 3}" y="${zero + 3}" text-anchor="end">0</text>` +
+    `<text class="tick" x="${left - 3}" y="${top + height}" text-anchor="end">−${esc(tokens(max))}</text>`;
+  const title = `${t("savingsChart")}, ${t("savingsSpan")} (${sv.zone === "local" ? t("zoneLocal") : sv.zone})`;
+  return `<figure class="chart" data-testid="savings-chart">
+    <figcaption><span class="key up"></span>${esc(t("savingsUp"))} <span class="key down"></span>${esc(t("savingsDown"))}
+      <span class="muted">${esc(t("savingsChart"))} · ${esc(t("savingsSpan"))}</span></figcaption>
     <svg viewBox="0 0 ${left + width + 2} ${top + height + 16}" role="img" aria-label="${esc(title)}"><title>${esc(title)}</title>${axis}${bars}${ticks}</svg></figure>`;
 }
 
@@ -444,6 +548,7 @@ function render() {
   if (!status) return;
   renderHeader();
   set("shims", renderShims());
+  set("savings", renderSavings());
   set("chain", renderChain());
   set("routes", renderRoutes());
   set("failed", renderFailed());

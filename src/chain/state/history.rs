@@ -257,7 +257,7 @@ mod tests {
             prompt_tokens: prompt,
             completion_tokens: completion,
             content_chars: bytes,
-            unreadable_frames: 0,
+            ..Meter::default()
         }
     }
 

@@ -51,13 +51,14 @@ pub fn answer(log: &Log, parts: &http::request::Parts, body: &[u8]) -> Reply {
         return refuse("no user message with a [turn N] marker".into());
     };
     Reply::Stream {
-        frames: frames(turn),
+        frames: frames(turn, script::prompt_tokens(&ask)),
         hold: true,
     }
 }
 
-/// The whole answer of `turn`, one envelope per frame.
-fn frames(turn: u32) -> Vec<Bytes> {
+/// The whole answer of `turn`, one envelope per frame, its usage saying
+/// `prompt_tokens`.
+fn frames(turn: u32, prompt_tokens: u64) -> Vec<Bytes> {
     let id = format!("chatcmpl-demo-q{turn}");
     let chunks = Chunks {
         id: &id,
@@ -80,7 +81,7 @@ fn frames(turn: u32) -> Vec<Bytes> {
         }
     }
     out.push(envelope(chunks.delta(json!({}), json!("stop"))));
-    out.push(envelope(chunks.usage(script::prompt_tokens(turn), 31)));
+    out.push(envelope(chunks.usage(prompt_tokens, 31)));
     out.push(qoder::finish_event(412, 980, 37));
     out.into_iter().map(Bytes::from).collect()
 }

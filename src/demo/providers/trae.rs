@@ -54,16 +54,26 @@ pub fn answer(_log: &Log, parts: &http::request::Parts, body: &[u8]) -> Reply {
         == Some("tool");
     let tool = (!after_tool && script::calls_tool(turn)).then(|| script::tool_call(turn));
     Reply::Stream {
-        frames: frames(turn, after_tool, tool.as_ref())
-            .into_iter()
-            .map(Bytes::from)
-            .collect(),
+        frames: frames(
+            turn,
+            after_tool,
+            tool.as_ref(),
+            script::prompt_tokens(&solo),
+        )
+        .into_iter()
+        .map(Bytes::from)
+        .collect(),
         hold: false,
     }
 }
 
 /// The SOLO answer of `turn`.
-fn frames(turn: u32, after_tool: bool, tool: Option<&script::ToolCall>) -> Vec<String> {
+fn frames(
+    turn: u32,
+    after_tool: bool,
+    tool: Option<&script::ToolCall>,
+    prompt_tokens: u64,
+) -> Vec<String> {
     let mut out = vec![
         trae::metadata("demo-session", u64::from(turn)),
         trae::timing_cost(),
@@ -87,7 +97,7 @@ fn frames(turn: u32, after_tool: bool, tool: Option<&script::ToolCall>) -> Vec<S
         }
     };
     out.push(trae::extra_info(script::REASONING));
-    out.push(trae::token_usage(script::prompt_tokens(turn), 40, 12));
+    out.push(trae::token_usage(prompt_tokens, 40, 12));
     out.push(trae::done(finish));
     out
 }

@@ -732,3 +732,32 @@ fn an_envelope_spelled_with_escaped_keys_is_still_unwrapped() {
     let bare = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"no envelope\"}}]}\n\n";
     assert_eq!(unwrap_all(bare.as_bytes()).out, bare.as_bytes());
 }
+
+#[test]
+fn the_cached_part_of_the_prompt_is_metered_where_the_usage_names_it() {
+    let usage = r#"{"choices":[],"usage":{"prompt_tokens":900,"completion_tokens":7,"prompt_tokens_details":{"cacheable_tokens":900,"cached_tokens":640}}}"#;
+    let (_, meter) = unwrap_metered(&[envelope(usage).as_bytes()]);
+    assert_eq!(
+        (
+            meter.prompt_tokens,
+            meter.completion_tokens,
+            meter.cached_tokens
+        ),
+        (Some(900), Some(7), Some(640))
+    );
+    // Escaped keys take the parsed way, with the same reading.
+    let escaped = r#"{"choices":[],"usage":{"prompt_tokens":900,"prompt_tokens_details":{"c\u0061ched_tokens":640}}}"#;
+    let (_, meter) = unwrap_metered(&[envelope(escaped).as_bytes()]);
+    assert_eq!(meter.cached_tokens, Some(640));
+    // Not reported, or not a count: nothing is made up.
+    for odd in [
+        r#"{"choices":[],"usage":{"prompt_tokens":9}}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":"5"}}}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":-5}}}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":9,"prompt_tokens_details":null}}"#,
+    ] {
+        let (_, meter) = unwrap_metered(&[envelope(odd).as_bytes()]);
+        assert_eq!(meter.cached_tokens, None, "{odd}");
+        assert_eq!(meter.prompt_tokens, Some(9), "{odd}");
+    }
+}
