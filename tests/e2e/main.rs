@@ -18,6 +18,7 @@ mod panel_api;
 mod proxy_failures;
 mod pypi_proxies;
 mod qoder;
+mod qoder_cli;
 mod qoder_cosy;
 mod return_errors;
 mod savings;
