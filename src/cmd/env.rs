@@ -124,7 +124,12 @@ pub fn prepare(
     if let Some(text) = &ca.mismatch {
         notes.push(format!("warning: local CA: {text}"));
     }
-    let roots = node_roots(config, &ca.root_pem, lookup("NODE_EXTRA_CA_CERTS"), &mut notes)?;
+    let roots = node_roots(
+        config,
+        &ca.root_pem,
+        lookup("NODE_EXTRA_CA_CERTS"),
+        &mut notes,
+    )?;
     let roots = roots
         .to_str()
         .ok_or_else(|| EnvError::NotUtf8 {
@@ -300,7 +305,10 @@ pub fn run(target: Target, shell: Option<Shell>, config: Option<&Path>) -> ExitC
         for note in &p.notes {
             eprintln!("{note}");
         }
-        p.vars.iter().map(|v| line(shell, v)).collect::<Result<Vec<_>, _>>()
+        p.vars
+            .iter()
+            .map(|v| line(shell, v))
+            .collect::<Result<Vec<_>, _>>()
     });
     match lines {
         Ok(lines) => {
@@ -383,10 +391,7 @@ mod tests {
             let e = prepare(Target::Qoder, &config_in(tmp.path(), toml), &none).unwrap_err();
             assert!(e.to_string().contains(says), "{toml}: {e}");
         }
-        assert!(
-            !tmp.path().join("ca").exists(),
-            "no CA made for a refusal"
-        );
+        assert!(!tmp.path().join("ca").exists(), "no CA made for a refusal");
     }
 
     #[test]
@@ -394,8 +399,11 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let config = config_in(tmp.path(), "");
         let corp = tmp.path().join("corp.pem");
-        std::fs::write(&corp, "-----BEGIN CERTIFICATE-----\nCORP\n-----END CERTIFICATE-----\n")
-            .unwrap();
+        std::fs::write(
+            &corp,
+            "-----BEGIN CERTIFICATE-----\nCORP\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
         let corp_env = corp.clone();
         let lookup = move |k: &str| (k == "NODE_EXTRA_CA_CERTS").then(|| corp_env.clone().into());
         let p = prepare(Target::Qoder, &config, &lookup).unwrap();

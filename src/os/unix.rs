@@ -71,7 +71,10 @@ pub const DEFAULT_SHELL: Shell = Shell::Sh;
 
 /// `exec`: the client takes this process's place (its pid, its signals,
 /// its exit status), so nothing stands between it and the terminal.
-pub(super) fn run_in_place(mut command: std::process::Command, typed: &std::ffi::OsStr) -> io::Result<i32> {
+pub(super) fn run_in_place(
+    mut command: std::process::Command,
+    typed: &std::ffi::OsStr,
+) -> io::Result<i32> {
     use std::os::unix::process::CommandExt as _;
     Err(command.arg0(typed).exec())
 }
