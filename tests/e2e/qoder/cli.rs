@@ -75,12 +75,9 @@ async fn through_shimgate_the_cli_prints_the_answer_and_a_resumed_session_folds(
     assert!(sent.contains("[summary of ") && sent.contains("say more"));
     assert!(!sent.contains(ANSWER), "the turn before was summarised");
     assert_eq!(calls[1].request.path, PATH);
-    assert_eq!(
-        status["tls"]["handshakes"]["ok"].as_u64(),
-        Some(2),
-        "{:#}",
-        status["tls"]
-    );
+    let handshakes = &status["tls"]["handshakes"];
+    assert!(handshakes["ok"].as_u64() >= Some(2), "{handshakes:#}");
+    assert_eq!(handshakes["refused"]["client_refused"], 0, "{handshakes:#}");
     eprintln!(
         "FIGURES qodercli through shimgate and the reference compressor (threshold {THRESHOLD_CHARS}): \
          run 1 content {} -> {} chars, model server got {} bytes; \
