@@ -126,29 +126,46 @@ impl Tls {
                 store.add_parsable_certificates(extra);
                 Tls::with_roots(store)
             }
-            Roots::System => {
-                let provider = Arc::new(rustls::crypto::ring::default_provider());
-                let built = rustls_platform_verifier::Verifier::new_with_extra_roots(
-                    extra,
-                    provider.clone(),
-                )
-                .map_err(|e| format!("the system's certificate verifier: {e}"))
-                .and_then(|verifier| {
-                    ClientConfig::builder_with_provider(provider)
-                        .with_safe_default_protocol_versions()
-                        .map_err(|e| format!("no TLS configuration: {e}"))
-                        .map(|b| {
-                            let mut config = b
-                                .dangerous()
-                                .with_custom_certificate_verifier(Arc::new(verifier))
-                                .with_no_client_auth();
-                            config.alpn_protocols = vec![b"http/1.1".to_vec()];
-                            TlsConnector::from(Arc::new(config))
-                        })
-                });
-                Tls(built.map_err(Into::into))
-            }
+            Roots::System => Tls::system(extra),
         }
+    }
+
+    /// The OS's verifier, with `extra` roots beside the OS's own. An OS
+    /// verifier that cannot take extra roots (Wine's certificate chain
+    /// engine refuses the exclusive-root store Windows accepts) would
+    /// leave every https route dead; shimgate then says so once and
+    /// verifies against the bundled roots and `extra` instead, as
+    /// `roots = "bundled"` does.
+    fn system(extra: Vec<CertificateDer<'static>>) -> Tls {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = if extra.is_empty() {
+            rustls_platform_verifier::Verifier::new(provider.clone())
+        } else {
+            rustls_platform_verifier::Verifier::new_with_extra_roots(
+                extra.clone(),
+                provider.clone(),
+            )
+        };
+        let verifier = match verifier {
+            Ok(v) => v,
+            Err(e) if !extra.is_empty() => {
+                tracing::warn!(error = %e, "the system's certificate verifier cannot take [upstream] ca_file's roots; verifying against the bundled roots and ca_file instead");
+                return Tls::for_roots(Roots::Bundled, extra);
+            }
+            Err(e) => return Tls(Err(format!("the system's certificate verifier: {e}").into())),
+        };
+        let built = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("no TLS configuration: {e}"))
+            .map(|b| {
+                let mut config = b
+                    .dangerous()
+                    .with_custom_certificate_verifier(Arc::new(verifier))
+                    .with_no_client_auth();
+                config.alpn_protocols = vec![b"http/1.1".to_vec()];
+                TlsConnector::from(Arc::new(config))
+            });
+        Tls(built.map_err(Into::into))
     }
 
     /// Trusts `roots` only (tests bring their own authority).
