@@ -24,7 +24,7 @@ use http::{Method, StatusCode};
 use serde_json::json;
 use shimgate::config::Config;
 
-use crate::support::bin::{tempdir, TempDir};
+use crate::support::bin::{tempdir, Served, TempDir};
 use crate::support::capture::{self, Stack};
 use crate::support::cosy_check;
 use crate::support::qoder_world::{self, World};
@@ -388,4 +388,566 @@ async fn clients_that_follow_a_proxy_get_what_the_shims_give_a_direct_call() {
             .join(", ")
     );
     gate.stop(std::time::Duration::from_secs(5)).await;
+}
+
+/// The host's row in `/status` `capture.hosts`.
+fn row(status: &serde_json::Value, host: &str) -> serde_json::Value {
+    status["capture"]["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["host"] == host)
+        .cloned()
+        .unwrap_or_else(|| panic!("no row for {host}: {:#}", status["capture"]))
+}
+
+#[tokio::test]
+async fn a_wire_without_written_routes_goes_to_the_host_its_client_asked_for() {
+    let s = Stack0::start().await;
+    let gate = Gate::start(&s.toml("")).await;
+    let (body, headers) = solo("hi");
+    // Called directly, a shim without routes has nowhere to send it.
+    let direct = client::send(
+        Method::POST,
+        &format!("{}{}", gate.trae, trae::PATH),
+        &pairs(&headers),
+        body.clone(),
+    )
+    .await;
+    assert_eq!(direct.status, StatusCode::BAD_GATEWAY, "{}", direct.text());
+    assert_eq!(direct.json()["error"]["code"], "NO_ROUTES");
+    // Captured, it goes where its client sent it.
+    let trust = s.trusting(&[&s.root]);
+    let r = capture::send(
+        &gate.capture,
+        "trae-api-sg.mchost.guru",
+        trust.clone(),
+        (Method::POST, trae::PATH),
+        &pairs(&headers),
+        body,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (r.status, said("trae", &r.body)),
+        (StatusCode::OK, TRAE_TEXT.to_owned())
+    );
+    let (ask, headers) = signed_ask("hi");
+    let r = capture::send(
+        &gate.capture,
+        "api2.qoder.sh",
+        trust,
+        (Method::POST, qoder::PATH),
+        &pairs(&headers),
+        ask,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (r.status, said("qoder", &r.body)),
+        (StatusCode::OK, QODER_TEXT.to_owned())
+    );
+    assert_eq!(*s.problems.lock().unwrap(), Vec::<String>::new());
+    let solo_call = s
+        .world
+        .calls()
+        .into_iter()
+        .find(|c| c.path().starts_with(trae::PATH))
+        .unwrap();
+    assert_eq!(solo_call.host, "trae-api-sg.mchost.guru");
+    assert_eq!(
+        solo_call.request.header("authorization"),
+        Some("Cloud-IDE-JWT jwt-capture-test")
+    );
+    let st = gate.status().await;
+    assert_eq!(
+        st["capture"]["implicitRoutes"],
+        json!({"qoder": ["capture:api2.qoder.sh"], "trae": ["capture:trae-api-sg.mchost.guru"]})
+    );
+    let routes: Vec<&str> = st["chain"]["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["routes"].as_array().unwrap())
+        .filter_map(|r| r["route"].as_str())
+        .collect();
+    assert!(
+        routes.contains(&"capture:trae-api-sg.mchost.guru"),
+        "{routes:?}"
+    );
+    assert!(routes.contains(&"capture:api2.qoder.sh"), "{routes:?}");
+    assert_eq!(
+        st["traeShim"]["intercepted"], 2,
+        "the direct call and the captured one"
+    );
+    gate.stop(std::time::Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn a_host_off_the_list_is_a_byte_tunnel_with_its_own_certificate() {
+    let s = Stack0::start().await;
+    let gate = Gate::start(&s.toml("")).await;
+    // shimgate does not decrypt it: a client that trusts shimgate's root
+    // only refuses the host's own certificate, one that trusts the
+    // host's CA (the world's) gets its answer.
+    let refused = capture::tls(
+        &gate.capture,
+        "openapi.qoder.sh",
+        443,
+        s.trusting(&[&s.root]),
+    )
+    .await;
+    assert!(refused.is_err(), "shimgate's leaf was presented");
+    let r = capture::send(
+        &gate.capture,
+        "openapi.qoder.sh",
+        s.trusting(&[&s.world_root]),
+        (Method::GET, "/api/v1/userinfo"),
+        &[("authorization", "Bearer jt-tunnel")],
+        "",
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert_eq!(r.json()["id"], qoder_world::USER_ID);
+    let userinfo = s
+        .world
+        .calls()
+        .into_iter()
+        .find(|c| c.path() == "/api/v1/userinfo")
+        .unwrap();
+    assert_eq!(
+        (userinfo.host.as_str(), userinfo.via),
+        ("openapi.qoder.sh", "tunnel")
+    );
+    assert!(
+        s.world
+            .connects()
+            .iter()
+            .all(|c| c == "openapi.qoder.sh:443"),
+        "{:?}",
+        s.world.connects()
+    );
+    // A loopback target: a direct tunnel, never through the upstream proxy.
+    let up =
+        crate::support::upstream::Upstream::always(Reply::json(200, r#"{"loopback":true}"#)).await;
+    let target = up.url().trim_start_matches("http://").to_owned();
+    let mut tcp = capture::connect(&gate.capture, &target).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    tcp.write_all(
+        format!("GET /x HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        let mut buf = [0u8; 1024];
+        while !String::from_utf8_lossy(&answer).contains(r#"{"loopback":true}"#) {
+            let n = tcp.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed: {}", String::from_utf8_lossy(&answer));
+            answer.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "{}", String::from_utf8_lossy(&answer));
+    assert!(!s
+        .world
+        .connects()
+        .iter()
+        .any(|c| c.starts_with("127.0.0.1")));
+    let st = gate.status().await;
+    let host = row(&st, "openapi.qoder.sh");
+    assert_eq!(
+        (
+            host["mode"].as_str(),
+            host["listed"].as_bool(),
+            host["tunnelled"].as_u64()
+        ),
+        (Some("tunnel"), Some(false), Some(2)),
+        "{host:#}"
+    );
+    assert_eq!(st["capture"]["connections"]["loopback"], 1);
+    assert_eq!(st["capture"]["connections"]["intercepted"], 0);
+    gate.stop(std::time::Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn a_request_on_a_decrypted_host_that_is_no_inference_call_reaches_the_host_unchanged() {
+    let s = Stack0::start().await;
+    s.world.route(
+        |c| c.path().starts_with("/algo/api/v2/model/list"),
+        |_, _| {
+            Reply::json_sized(
+                201,
+                &[("x-world", "model list"), ("set-cookie", "w=1")],
+                r#"{"models":[]}"#,
+            )
+        },
+    );
+    s.world.route(
+        |c| c.path().starts_with("/algo/api/v2/held"),
+        |_, _| Reply::sse().chunk("data: first\n\n").hold(),
+    );
+    let gate = Gate::start(&s.toml("")).await;
+    let trust = s.trusting(&[&s.root]);
+    let body = b"{\"page\":1,\"raw\":\"\\u00e9\xc3\xa9\"}".to_vec();
+    let r = capture::send(
+        &gate.capture,
+        "api2.qoder.sh",
+        trust.clone(),
+        (Method::POST, "/algo/api/v2/model/list?Encode=0&x=%2F"),
+        &[
+            ("authorization", "Bearer COSY.payload.sig"),
+            ("cookie", "sid=abc; lang=en"),
+            ("x-custom", "kept"),
+            ("content-type", "application/json"),
+        ],
+        body.clone(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    assert_eq!(r.headers["x-world"], "model list");
+    assert_eq!(r.headers["set-cookie"], "w=1");
+    assert_eq!(r.text(), r#"{"models":[]}"#);
+    let call = s
+        .world
+        .calls()
+        .into_iter()
+        .find(|c| c.path().starts_with("/algo/api/v2/model/list"))
+        .unwrap();
+    assert_eq!(
+        (call.host.as_str(), call.request.method.as_str()),
+        ("api2.qoder.sh", "POST")
+    );
+    assert_eq!(call.path(), "/algo/api/v2/model/list?Encode=0&x=%2F");
+    for (k, v) in [
+        ("authorization", "Bearer COSY.payload.sig"),
+        ("cookie", "sid=abc; lang=en"),
+        ("x-custom", "kept"),
+        ("host", "api2.qoder.sh"),
+    ] {
+        assert_eq!(call.request.header(k), Some(v), "{k}");
+    }
+    assert_eq!(call.request.body, body, "the body byte for byte");
+    // An answer held open streams: its first event arrives while it is open.
+    let stream = capture::tls(&gate.capture, "api2.qoder.sh", 443, trust)
+        .await
+        .unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::get("/algo/api/v2/held")
+        .header("host", "api2.qoder.sh")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let mut resp = sender.send_request(req).await.unwrap();
+    let first = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        client::next_chunk(resp.body_mut()),
+    )
+    .await
+    .expect("the first event before the answer ends")
+    .unwrap();
+    assert_eq!(&first[..], b"data: first\n\n");
+    let st = gate.status().await;
+    let host = row(&st, "api2.qoder.sh");
+    assert_eq!(
+        (host["forwarded"].as_u64(), host["handed"].as_u64()),
+        (Some(2), Some(0)),
+        "{host:#}"
+    );
+    assert_eq!(st["qoderShim"]["intercepted"], 0);
+    drop(resp);
+    gate.stop(std::time::Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn an_origin_form_request_is_refused_without_cors() {
+    let s = Stack0::start().await;
+    let gate = Gate::start(&s.toml("")).await;
+    for (method, headers) in [
+        (Method::GET, vec![]),
+        (Method::GET, vec![("origin", "http://attacker.test")]),
+        (
+            Method::POST,
+            vec![
+                ("origin", "http://127.0.0.1:9"),
+                ("content-type", "text/plain"),
+            ],
+        ),
+        (
+            Method::OPTIONS,
+            vec![
+                ("origin", "http://attacker.test"),
+                ("access-control-request-method", "POST"),
+            ],
+        ),
+    ] {
+        let r = client::send(
+            method.clone(),
+            &format!("{}/status", gate.capture),
+            &headers,
+            "x",
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{method} {}", r.text());
+        assert_eq!(r.json()["error"]["code"], "NOT_A_PROXY_REQUEST");
+        assert!(
+            !r.headers
+                .keys()
+                .any(|k| k.as_str().starts_with("access-control")),
+            "no CORS: {:?}",
+            r.headers
+        );
+        assert!(!r.text().contains("qoderShim"), "no data");
+    }
+    let st = gate.status().await;
+    assert_eq!(st["capture"]["requests"]["notProxyRequests"], 4);
+    assert!(s.world.calls().is_empty() && s.world.connects().is_empty());
+    gate.stop(std::time::Duration::from_secs(5)).await;
+}
+
+/// `shimgate serve` (the binary: its log is read) on `toml`, both shims
+/// and the capture listener on free ports unless `toml` names one.
+fn served(dir: &Path, toml: &str, env: &[(&str, &str)]) -> Served {
+    let file = dir.join(format!("shimgate-{:x}.toml", fastrand::u64(..)));
+    std::fs::write(
+        &file,
+        format!("[shims.qoder]\nlisten = \"127.0.0.1:0\"\n[shims.trae]\nlisten = \"127.0.0.1:0\"\n{toml}"),
+    )
+    .unwrap();
+    Served::start(&file, &["--log-format", "json"], env)
+}
+
+async fn status_of(served: &Served) -> serde_json::Value {
+    client::get(&format!("{}/status", served.qoder))
+        .await
+        .json()
+}
+
+#[tokio::test]
+async fn a_client_that_refuses_the_certificate_gets_a_tunnel_after_three_refusals() {
+    let s = Stack0::start().await;
+    let gate = tokio::task::spawn_blocking({
+        let (dir, toml) = (s.dir.to_path_buf(), s.toml(""));
+        move || served(&dir, &toml, &[])
+    })
+    .await
+    .unwrap();
+    // A client that trusts the world's CA but not shimgate's.
+    let world_only = s.trusting(&[&s.world_root]);
+    for n in 1..=3u64 {
+        let e = capture::tls(&gate.capture, "api2.qoder.sh", 443, world_only.clone()).await;
+        assert!(e.is_err(), "refusal {n}");
+        let counted = crate::support::eventually(std::time::Duration::from_secs(10), || async {
+            row(&status_of(&gate).await, "api2.qoder.sh")["clientRefusals"] == n
+        })
+        .await;
+        assert!(
+            counted,
+            "refusal {n} counted: {:#}",
+            status_of(&gate).await["capture"]
+        );
+    }
+    let st = status_of(&gate).await;
+    let host = row(&st, "api2.qoder.sh");
+    assert_eq!(host["mode"], "tunnel", "{host:#}");
+    assert_eq!(host["refusalsInARow"], 3);
+    assert!(host["tunnelledSince"].is_string());
+    assert!(
+        host["why"].as_str().unwrap().contains("3 times in a row"),
+        "{host:#}"
+    );
+    let reason = host["lastRefusal"]["reason"].as_str().unwrap().to_owned();
+    assert!(!reason.is_empty(), "{host:#}");
+    assert_eq!(st["tls"]["handshakes"]["refused"]["client_refused"], 3);
+    // Now the host's own certificate reaches the client, untouched.
+    let r = capture::send(
+        &gate.capture,
+        "api2.qoder.sh",
+        world_only.clone(),
+        (Method::GET, "/algo/api/v2/model/list"),
+        &[],
+        "",
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert!(s.world.connects().contains(&"api2.qoder.sh:443".to_owned()));
+    let metrics = client::get(&format!("{}/metrics", gate.qoder)).await.text();
+    for line in [
+        "shimgate_capture_client_refusals_total{host=\"api2.qoder.sh\"} 3",
+        "shimgate_capture_tunnelled_hosts 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line}\n{metrics}");
+    }
+    let log = gate.stderr();
+    assert!(
+        log.contains("tunnelled untouched until a reload or restart"),
+        "{log}"
+    );
+    // A reload decrypts it again.
+    let r = client::send(Method::POST, &format!("{}/reload", gate.qoder), &[], "").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert_eq!(
+        row(&status_of(&gate).await, "api2.qoder.sh")["mode"],
+        "intercept"
+    );
+    assert!(
+        capture::tls(&gate.capture, "api2.qoder.sh", 443, s.trusting(&[&s.root]))
+            .await
+            .is_ok()
+    );
+    eprintln!("FIGURES capture refusals: tunnelled after 3 in a row; the last said {reason:?}");
+    gate.stop();
+}
+
+#[tokio::test]
+async fn shimgate_with_https_proxy_naming_its_capture_port_still_reaches_its_upstreams() {
+    let dir = tempdir();
+    let port = external::free_port();
+    let up = crate::support::upstream::Upstream::always(trae::reply(&trae::answer(
+        "straight there",
+        None,
+        3,
+    )))
+    .await;
+    let upstream_port = up.url().rsplit(':').next().unwrap().to_owned();
+    // `127.1` is 127.0.0.1 to the resolver, but not a loopback host as
+    // written: the environment's proxy setting applies to it.
+    let toml = format!(
+        "[capture]\nlisten = \"127.0.0.1:{port}\"\n\
+         [[shims.trae.routes]]\nname = \"t\"\nurl = \"http://127.1:{upstream_port}\"\n"
+    );
+    let own = format!("http://127.0.0.1:{port}");
+    let gate = tokio::task::spawn_blocking({
+        let (d, own) = (dir.to_path_buf(), own.clone());
+        move || {
+            served(
+                &d,
+                &toml,
+                &[
+                    ("HTTPS_PROXY", &own),
+                    ("HTTP_PROXY", &own),
+                    ("ALL_PROXY", &own),
+                    ("NO_PROXY", ""),
+                ],
+            )
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(gate.capture, own);
+    let (body, headers) = solo("hi");
+    let r = client::send(
+        Method::POST,
+        &format!("{}{}", gate.trae, trae::PATH),
+        &pairs(&headers),
+        body,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert_eq!(said("trae", &r.body), "straight there");
+    assert_eq!(up.requests().len(), 1);
+    let st = status_of(&gate).await;
+    assert_eq!(
+        st["capture"]["ignoredProxySetting"], "env",
+        "{:#}",
+        st["capture"]
+    );
+    assert_eq!(
+        st["capture"]["connections"],
+        json!({"intercepted": 0, "tunnelled": 0, "loopback": 0}),
+        "nothing of shimgate's own went through its capture listener"
+    );
+    let route = &st["chain"]["routes"]["trae"][0];
+    assert_eq!(route["proxy"], "none", "{route:#}");
+    let log = gate.stderr();
+    assert!(
+        log.contains("names shimgate's own capture listener"),
+        "{log}"
+    );
+    gate.stop();
+}
+
+#[tokio::test]
+async fn no_proxy_password_or_token_reaches_the_log_status_or_metrics() {
+    const PASSWORD: &str = "pw-7c1e0b9d2a";
+    const TOKEN: &str = "jwt-5d8e2f71c0";
+    const COOKIE: &str = "sid-0a9b8c7d6e";
+    let s = Stack0::start().await;
+    // The upstream proxy refuses connections: every onward way fails
+    // with a reason naming it.
+    let closed = external::free_port();
+    let toml = s.toml("").replace(
+        &s.world.proxy_url(),
+        &format!("http://alice:{PASSWORD}@127.0.0.1:{closed}"),
+    );
+    let gate = tokio::task::spawn_blocking({
+        let d = s.dir.to_path_buf();
+        move || served(&d, &toml, &[("RUST_LOG", "debug")])
+    })
+    .await
+    .unwrap();
+    let trust = s.trusting(&[&s.root]);
+    let auth = format!("Cloud-IDE-JWT {TOKEN}");
+    let cookie = format!("sid={COOKIE}");
+    let (body, _) = solo("hi");
+    let headers = [
+        ("content-type", "application/json"),
+        ("authorization", auth.as_str()),
+        ("x-ide-token", TOKEN),
+        ("cookie", cookie.as_str()),
+    ];
+    // An inference call (its implicit route goes through the proxy) ...
+    let r = capture::send(
+        &gate.capture,
+        "trae-api-cn.mchost.guru",
+        trust.clone(),
+        (Method::POST, trae::PATH),
+        &headers,
+        body,
+    )
+    .await
+    .unwrap();
+    assert!(!r.status.is_success(), "{}", r.text());
+    // ... a request forwarded unchanged ...
+    let r = capture::send(
+        &gate.capture,
+        "api2.qoder.sh",
+        trust,
+        (Method::GET, "/algo/api/v2/model/list"),
+        &headers,
+        "",
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, StatusCode::BAD_GATEWAY, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "HOST_UNREACHABLE");
+    // ... and a tunnel.
+    let e = capture::connect(&gate.capture, "openapi.qoder.sh:443")
+        .await
+        .unwrap_err();
+    assert!(e.contains("502") && e.contains("HOST_UNREACHABLE"), "{e}");
+    let status = client::get(&format!("{}/status", gate.qoder)).await.text();
+    let metrics = client::get(&format!("{}/metrics", gate.qoder)).await.text();
+    let log = gate.stderr();
+    assert!(
+        status.contains(&format!("127.0.0.1:{closed}")),
+        "the reasons name the proxy: {status}"
+    );
+    for (what, text) in [
+        ("status", &status),
+        ("metrics", &metrics),
+        ("log", &log),
+        ("answers", &e),
+    ] {
+        for secret in [PASSWORD, TOKEN, COOKIE, "alice"] {
+            assert!(!text.contains(secret), "{secret} is in the {what}: {text}");
+        }
+    }
+    gate.stop();
 }
