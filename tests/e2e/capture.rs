@@ -951,3 +951,174 @@ async fn no_proxy_password_or_token_reaches_the_log_status_or_metrics() {
     }
     gate.stop();
 }
+
+/// The real Qoder CLI with `HTTPS_PROXY` pointed at the capture listener
+/// and no `QODER_MODEL_SERVER_HOST`: its default transport, the legacy
+/// ask to `api2.qoder.sh`, is decrypted and handed to the qoder shim
+/// (through the compressor, on the implicit route `capture:api2.qoder.sh`),
+/// which re-signs it as qoder checks; its other calls reach the world
+/// unchanged, through tunnels, forwards and absolute-form requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_qoder_cli_behind_the_capture_listener_gets_its_answer_through_the_qoder_shim() {
+    use crate::support::qoder_cli::{self, CliEnv};
+    let Some(cli) = qoder_cli::find() else { return };
+    let s = Stack0::start().await;
+    let (gate, compressor) = with_compressor(&s.toml("")).await;
+    let env = CliEnv::new(&gate.capture, &s.bundle);
+    let run = {
+        let _permit = super::qoder_cli::RUNS.acquire().await.unwrap();
+        qoder_cli::run(&cli, &env, &["-p", "say hi"], std::time::Duration::from_secs(240)).await
+    };
+    eprintln!("qodercli through the capture listener: {}", run.describe());
+    assert!(run.leaks().is_empty(), "{}\n{}", run.describe(), s.world.summary());
+    assert_eq!(
+        (run.stdout.as_str(), run.code),
+        (format!("{QODER_TEXT}\n").as_str(), Some(0)),
+        "{}\nthe world saw:\n{}",
+        run.describe(),
+        s.world.summary()
+    );
+    assert_eq!(*s.problems.lock().unwrap(), Vec::<String>::new(), "qoder refused the ask");
+    let asks = s.world.legacy_asks();
+    assert_eq!(asks.len(), 1, "{}", s.world.summary());
+    assert_eq!((asks[0].host.as_str(), asks[0].via), ("api2.qoder.sh", "tunnel"));
+    let plain = cosy_check::decode(&asks[0].request.body).unwrap();
+    assert!(String::from_utf8_lossy(&plain).contains("say hi"));
+    let st = gate.status().await;
+    let c = &st["capture"];
+    assert_eq!(st["qoderShim"]["intercepted"], 1, "{:#}", st["qoderShim"]);
+    assert_eq!(st["qoderShim"]["fallback"], 0, "through the compressor");
+    assert_eq!(c["handed"]["qoder"], 1, "{c:#}");
+    assert_eq!(c["implicitRoutes"]["qoder"], json!(["capture:api2.qoder.sh"]));
+    assert!(compressor.counters().requests >= 1);
+    assert_eq!(row(&st, "openapi.qoder.sh")["mode"], "tunnel");
+    assert_eq!(c["clientRefusals"], 0, "{c:#}");
+    eprintln!(
+        "FIGURES qodercli through the capture listener: run {:.1} s; {} CONNECTs intercepted, {} tunnelled, {} forwarded, {} absolute-form; world calls:\n{}",
+        run.elapsed.as_secs_f64(),
+        c["connections"]["intercepted"],
+        c["connections"]["tunnelled"],
+        c["requests"]["forwarded"],
+        c["requests"]["absolute"],
+        s.world.summary()
+    );
+    gate.stop(std::time::Duration::from_secs(5)).await;
+}
+
+/// A proxy standing in for the world that switches protocols: `CONNECT`
+/// is answered with TLS for the host (from `ca`), then a request asking
+/// for an upgrade gets `101` and its bytes echoed back. It records the
+/// upgrade requests' headers.
+async fn echo_world(ca: Arc<TestCa>) -> (String, Arc<Mutex<Vec<http::HeaderMap>>>) {
+    use http_body_util::Empty;
+    use hyper::body::Incoming;
+    use hyper_util::rt::TokioIo;
+    type Resp = http::Response<Empty<bytes::Bytes>>;
+    let seen: Arc<Mutex<Vec<http::HeaderMap>>> = Arc::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let s = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (ca, seen) = (ca.clone(), s.clone());
+            tokio::spawn(async move {
+                let outer = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
+                    let (ca, seen) = (ca.clone(), seen.clone());
+                    async move {
+                        let host = req.uri().host().unwrap_or_default().to_owned();
+                        let upgrade = hyper::upgrade::on(&mut req);
+                        tokio::spawn(async move {
+                            let Ok(io) = upgrade.await else { return };
+                            let Ok(tls) = ca.acceptor(&[&host]).accept(TokioIo::new(io)).await else {
+                                return;
+                            };
+                            let inner = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
+                                seen.lock().unwrap().push(req.headers().clone());
+                                let upgrade = hyper::upgrade::on(&mut req);
+                                tokio::spawn(async move {
+                                    if let Ok(io) = upgrade.await {
+                                        let (mut r, mut w) = tokio::io::split(TokioIo::new(io));
+                                        let _ = tokio::io::copy(&mut r, &mut w).await;
+                                    }
+                                });
+                                async move {
+                                    let resp: Resp = http::Response::builder()
+                                        .status(101)
+                                        .header("upgrade", "websocket")
+                                        .header("connection", "Upgrade")
+                                        .header("sec-websocket-accept", "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=")
+                                        .body(Empty::new())
+                                        .unwrap();
+                                    Ok::<_, std::convert::Infallible>(resp)
+                                }
+                            });
+                            let _ = hyper::server::conn::http1::Builder::new()
+                                .serve_connection(TokioIo::new(tls), inner)
+                                .with_upgrades()
+                                .await;
+                        });
+                        Ok::<_, std::convert::Infallible>(Resp::new(Empty::new()))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), outer)
+                    .with_upgrades()
+                    .await;
+            });
+        }
+    });
+    (format!("http://{addr}"), seen)
+}
+
+#[tokio::test]
+async fn a_websocket_on_a_decrypted_host_passes_through() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = Stack0::start().await;
+    let ca = TestCa::new();
+    let ca_root = s.dir.join("echo-root.pem");
+    ca.write_bundle(&ca_root, &[]);
+    let (proxy, seen) = echo_world(ca).await;
+    let toml = s
+        .toml("")
+        .replace(&s.world.proxy_url(), &proxy)
+        .replace(
+            &s.world_root.display().to_string().replace('\\', "/"),
+            &ca_root.display().to_string().replace('\\', "/"),
+        );
+    let gate = Gate::start(&toml).await;
+    let mut tls = capture::tls(&gate.capture, "api2.qoder.sh", 443, s.trusting(&[&s.root]))
+        .await
+        .unwrap();
+    tls.write_all(
+        b"GET /algo/ws HTTP/1.1\r\nHost: api2.qoder.sh\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nCookie: sid=ws\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(tls.read(&mut byte).await.unwrap(), 1, "{}", String::from_utf8_lossy(&head));
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_lowercase();
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    assert!(head.contains("upgrade: websocket") && head.contains("sec-websocket-accept"), "{head}");
+    // Bytes both ways, after the switch.
+    for frame in [&b"\x81\x05hello"[..], b"\x81\x05again"] {
+        tls.write_all(frame).await.unwrap();
+        let mut back = vec![0u8; frame.len()];
+        tokio::time::timeout(std::time::Duration::from_secs(10), tls.read_exact(&mut back))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(back, frame);
+    }
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0]["upgrade"], "websocket");
+    assert_eq!(seen[0]["sec-websocket-key"], "dGhlIHNhbXBsZSBub25jZQ==");
+    assert_eq!(seen[0]["cookie"], "sid=ws");
+    assert_eq!(row(&gate.status().await, "api2.qoder.sh")["forwarded"], 1);
+    gate.stop(std::time::Duration::from_secs(5)).await;
+}

@@ -26,7 +26,7 @@ use crate::support::scripted_https::{Call, Reply};
 use crate::support::test_ca::TestCa;
 
 /// CLI runs at once, across these tests (two cores).
-static RUNS: Semaphore = Semaphore::const_new(2);
+pub(crate) static RUNS: Semaphore = Semaphore::const_new(2);
 
 /// The hard limit of one CLI run (it retries some failures without end,
 /// and a run took 110 s on two cores under a load of 13).
