@@ -161,7 +161,7 @@ pub fn signed_ask(text: &str) -> (Vec<u8>, Vec<(String, String)>) {
 }
 
 /// A SOLO body saying `text`, and TRAE's headers.
-fn solo(text: &str) -> (Vec<u8>, Vec<(String, String)>) {
+pub fn solo(text: &str) -> (Vec<u8>, Vec<(String, String)>) {
     let body = serde_json::to_vec(&trae::body(&[trae::text("user", text)])).unwrap();
     let headers = vec![
         ("content-type".to_owned(), "application/json".to_owned()),
@@ -175,7 +175,7 @@ fn solo(text: &str) -> (Vec<u8>, Vec<(String, String)>) {
     (body, headers)
 }
 
-fn pairs(h: &[(String, String)]) -> Vec<(&str, &str)> {
+pub fn pairs(h: &[(String, String)]) -> Vec<(&str, &str)> {
     h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
 }
 
