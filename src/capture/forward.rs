@@ -203,7 +203,7 @@ fn head_only(resp: Response<Incoming>) -> Response<Body> {
 /// Copies bytes both ways between the client's and the host's upgraded
 /// connections until either closes, or shimgate stops.
 fn splice(ctx: &Ctx, client: hyper::upgrade::OnUpgrade, host: hyper::upgrade::OnUpgrade) {
-    let draining = ctx.draining.clone();
+    let (draining, held) = (ctx.draining.clone(), ctx.permit.clone());
     ctx.tracker.spawn(async move {
         let (Ok(client), Ok(host)) = (client.await, host.await) else {
             return;
@@ -213,5 +213,7 @@ fn splice(ctx: &Ctx, client: hyper::upgrade::OnUpgrade, host: hyper::upgrade::On
             _ = tokio::io::copy_bidirectional(&mut a, &mut b) => {}
             () = draining.cancelled() => {}
         }
+        // The connection's place under the cap is given back now.
+        drop(held);
     });
 }

@@ -38,7 +38,7 @@ use hyper::body::Incoming;
 use hyper::Request;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::warn;
@@ -62,10 +62,14 @@ pub struct Ctx {
     /// flight; tunnels and WebSockets, whose bytes shimgate cannot read
     /// (it cannot tell a stream in flight from an idle connection), close.
     draining: CancellationToken,
+    /// The client connection's place under `[limits] max_connections`,
+    /// held by every task that serves it (a tunnel outlives the HTTP
+    /// connection it came from).
+    permit: Option<Arc<OwnedSemaphorePermit>>,
 }
 
-/// Binds the capture listener at `addr` with `limits`; its connections run
-/// on `tracker` and drain when `draining` is cancelled.
+/// Binds the capture listener at `addr` (`SO_REUSEADDR`, the shims'
+/// backlog).
 pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     let socket = if addr.is_ipv4() {
         tokio::net::TcpSocket::new_v4()?
@@ -92,6 +96,7 @@ pub async fn accept_loop(
         limits,
         tracker,
         draining,
+        permit: None,
     };
     loop {
         let accepted = tokio::select! {
@@ -112,30 +117,12 @@ pub async fn accept_loop(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let ctx2 = ctx.clone();
-        ctx.tracker.spawn(async move {
-            let _permit = permit;
-            serve(ctx2, stream).await;
-        });
+        let mine = Ctx {
+            permit: Some(Arc::new(permit)),
+            ..ctx.clone()
+        };
+        ctx.tracker.spawn(serve(mine, stream));
     }
-}
-
-/// Serves one client connection: proxy requests until it closes (or a
-/// `CONNECT` takes it over).
-async fn serve(ctx: Ctx, stream: tokio::net::TcpStream) {
-    let onward = request::Onwards::default();
-    let c = ctx.clone();
-    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-        let (ctx, onward) = (c.clone(), onward.clone());
-        async move { Ok::<_, std::convert::Infallible>(request::handle(ctx, onward, req).await) }
-    });
-    let conn = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(ctx.limits.header_read_timeout)
-        .keep_alive(true)
-        .serve_connection(TokioIo::new(stream), service)
-        .with_upgrades();
-    drain_with!(conn, ctx.draining);
 }
 
 /// Runs an HTTP connection until it ends; at shutdown it finishes the
@@ -154,3 +141,21 @@ macro_rules! drain_with {
     }};
 }
 pub(crate) use drain_with;
+
+/// Serves one client connection: proxy requests until it closes (or a
+/// `CONNECT` takes it over).
+async fn serve(ctx: Ctx, stream: tokio::net::TcpStream) {
+    let onward = request::Onwards::default();
+    let c = ctx.clone();
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let (ctx, onward) = (c.clone(), onward.clone());
+        async move { Ok::<_, std::convert::Infallible>(request::handle(ctx, onward, req).await) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(ctx.limits.header_read_timeout)
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    drain_with!(conn, ctx.draining);
+}

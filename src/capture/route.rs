@@ -147,7 +147,10 @@ mod tests {
         );
         // The implicit route takes [upstream] proxy like any route.
         let (own, _) = runs_on(&config, "qoder", &target("api2.qoder.sh", 443), &env);
-        let via = &own.unwrap().shim("qoder").unwrap().routes[0].via;
-        assert_eq!(via.shown(), "http://127.0.0.1:7890");
+        let own = own.unwrap();
+        assert_eq!(
+            own.shim("qoder").unwrap().routes[0].via.shown(),
+            "http://127.0.0.1:7890"
+        );
     }
 }

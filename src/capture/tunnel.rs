@@ -45,7 +45,7 @@ pub async fn open(
     };
     ctx.app.capture.connected(host, listed, taken);
     let upgrade = hyper::upgrade::on(&mut req);
-    let draining = ctx.draining.clone();
+    let (draining, held) = (ctx.draining.clone(), ctx.permit.clone());
     ctx.tracker.spawn(async move {
         let Ok(client) = upgrade.await else {
             return;
@@ -55,6 +55,8 @@ pub async fn open(
             _ = tokio::io::copy_bidirectional(&mut client, &mut onward) => {}
             () = draining.cancelled() => {}
         }
+        // The connection's place under the cap is given back now.
+        drop(held);
     });
     Response::new(body::full(bytes::Bytes::new()))
 }

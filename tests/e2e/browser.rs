@@ -424,7 +424,13 @@ async fn the_capture_card_shows_the_listener_and_a_web_page_cannot_use_it() {
     .unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
     for _ in 0..3 {
-        let refused = through::tls(&gate.capture, "api2.qoder.sh", 443, s.trusting(&[&s.world_root])).await;
+        let refused = through::tls(
+            &gate.capture,
+            "api2.qoder.sh",
+            443,
+            s.trusting(&[&s.world_root]),
+        )
+        .await;
         assert!(refused.is_err());
     }
     let tunnelled = crate::support::eventually(std::time::Duration::from_secs(10), || async {
@@ -448,7 +454,10 @@ async fn the_capture_card_shows_the_listener_and_a_web_page_cannot_use_it() {
     assert_eq!(found["zh"]["modes"]["trae-api-cn.mchost.guru"], "解密");
     let page = &found["page"];
     for read in page["reads"].as_array().unwrap() {
-        assert!(read["blocked"].is_string(), "a page read the capture listener: {read}");
+        assert!(
+            read["blocked"].is_string(),
+            "a page read the capture listener: {read}"
+        );
     }
     let attempts = page["reads"].as_array().unwrap().len() as u64
         + page["posts"].as_u64().unwrap()

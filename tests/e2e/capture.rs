@@ -967,10 +967,21 @@ async fn the_qoder_cli_behind_the_capture_listener_gets_its_answer_through_the_q
     let env = CliEnv::new(&gate.capture, &s.bundle);
     let run = {
         let _permit = super::qoder_cli::RUNS.acquire().await.unwrap();
-        qoder_cli::run(&cli, &env, &["-p", "say hi"], std::time::Duration::from_secs(240)).await
+        qoder_cli::run(
+            &cli,
+            &env,
+            &["-p", "say hi"],
+            std::time::Duration::from_secs(240),
+        )
+        .await
     };
     eprintln!("qodercli through the capture listener: {}", run.describe());
-    assert!(run.leaks().is_empty(), "{}\n{}", run.describe(), s.world.summary());
+    assert!(
+        run.leaks().is_empty(),
+        "{}\n{}",
+        run.describe(),
+        s.world.summary()
+    );
     assert_eq!(
         (run.stdout.as_str(), run.code),
         (format!("{QODER_TEXT}\n").as_str(), Some(0)),
@@ -978,10 +989,17 @@ async fn the_qoder_cli_behind_the_capture_listener_gets_its_answer_through_the_q
         run.describe(),
         s.world.summary()
     );
-    assert_eq!(*s.problems.lock().unwrap(), Vec::<String>::new(), "qoder refused the ask");
+    assert_eq!(
+        *s.problems.lock().unwrap(),
+        Vec::<String>::new(),
+        "qoder refused the ask"
+    );
     let asks = s.world.legacy_asks();
     assert_eq!(asks.len(), 1, "{}", s.world.summary());
-    assert_eq!((asks[0].host.as_str(), asks[0].via), ("api2.qoder.sh", "tunnel"));
+    assert_eq!(
+        (asks[0].host.as_str(), asks[0].via),
+        ("api2.qoder.sh", "tunnel")
+    );
     let plain = cosy_check::decode(&asks[0].request.body).unwrap();
     assert!(String::from_utf8_lossy(&plain).contains("say hi"));
     let st = gate.status().await;
@@ -989,7 +1007,10 @@ async fn the_qoder_cli_behind_the_capture_listener_gets_its_answer_through_the_q
     assert_eq!(st["qoderShim"]["intercepted"], 1, "{:#}", st["qoderShim"]);
     assert_eq!(st["qoderShim"]["fallback"], 0, "through the compressor");
     assert_eq!(c["handed"]["qoder"], 1, "{c:#}");
-    assert_eq!(c["implicitRoutes"]["qoder"], json!(["capture:api2.qoder.sh"]));
+    assert_eq!(
+        c["implicitRoutes"]["qoder"],
+        json!(["capture:api2.qoder.sh"])
+    );
     assert!(compressor.counters().requests >= 1);
     assert_eq!(row(&st, "openapi.qoder.sh")["mode"], "tunnel");
     assert_eq!(c["clientRefusals"], 0, "{c:#}");
@@ -1029,29 +1050,35 @@ async fn echo_world(ca: Arc<TestCa>) -> (String, Arc<Mutex<Vec<http::HeaderMap>>
                         let upgrade = hyper::upgrade::on(&mut req);
                         tokio::spawn(async move {
                             let Ok(io) = upgrade.await else { return };
-                            let Ok(tls) = ca.acceptor(&[&host]).accept(TokioIo::new(io)).await else {
+                            let Ok(tls) = ca.acceptor(&[&host]).accept(TokioIo::new(io)).await
+                            else {
                                 return;
                             };
-                            let inner = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
-                                seen.lock().unwrap().push(req.headers().clone());
-                                let upgrade = hyper::upgrade::on(&mut req);
-                                tokio::spawn(async move {
-                                    if let Ok(io) = upgrade.await {
-                                        let (mut r, mut w) = tokio::io::split(TokioIo::new(io));
-                                        let _ = tokio::io::copy(&mut r, &mut w).await;
+                            let inner = hyper::service::service_fn(
+                                move |mut req: http::Request<Incoming>| {
+                                    seen.lock().unwrap().push(req.headers().clone());
+                                    let upgrade = hyper::upgrade::on(&mut req);
+                                    tokio::spawn(async move {
+                                        if let Ok(io) = upgrade.await {
+                                            let (mut r, mut w) = tokio::io::split(TokioIo::new(io));
+                                            let _ = tokio::io::copy(&mut r, &mut w).await;
+                                        }
+                                    });
+                                    async move {
+                                        let resp: Resp = http::Response::builder()
+                                            .status(101)
+                                            .header("upgrade", "websocket")
+                                            .header("connection", "Upgrade")
+                                            .header(
+                                                "sec-websocket-accept",
+                                                "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=",
+                                            )
+                                            .body(Empty::new())
+                                            .unwrap();
+                                        Ok::<_, std::convert::Infallible>(resp)
                                     }
-                                });
-                                async move {
-                                    let resp: Resp = http::Response::builder()
-                                        .status(101)
-                                        .header("upgrade", "websocket")
-                                        .header("connection", "Upgrade")
-                                        .header("sec-websocket-accept", "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=")
-                                        .body(Empty::new())
-                                        .unwrap();
-                                    Ok::<_, std::convert::Infallible>(resp)
-                                }
-                            });
+                                },
+                            );
                             let _ = hyper::server::conn::http1::Builder::new()
                                 .serve_connection(TokioIo::new(tls), inner)
                                 .with_upgrades()
@@ -1078,13 +1105,10 @@ async fn a_websocket_on_a_decrypted_host_passes_through() {
     let ca_root = s.dir.join("echo-root.pem");
     ca.write_bundle(&ca_root, &[]);
     let (proxy, seen) = echo_world(ca).await;
-    let toml = s
-        .toml("")
-        .replace(&s.world.proxy_url(), &proxy)
-        .replace(
-            &s.world_root.display().to_string().replace('\\', "/"),
-            &ca_root.display().to_string().replace('\\', "/"),
-        );
+    let toml = s.toml("").replace(&s.world.proxy_url(), &proxy).replace(
+        &s.world_root.display().to_string().replace('\\', "/"),
+        &ca_root.display().to_string().replace('\\', "/"),
+    );
     let gate = Gate::start(&toml).await;
     let mut tls = capture::tls(&gate.capture, "api2.qoder.sh", 443, s.trusting(&[&s.root]))
         .await
@@ -1098,20 +1122,31 @@ async fn a_websocket_on_a_decrypted_host_passes_through() {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(tls.read(&mut byte).await.unwrap(), 1, "{}", String::from_utf8_lossy(&head));
+        assert_eq!(
+            tls.read(&mut byte).await.unwrap(),
+            1,
+            "{}",
+            String::from_utf8_lossy(&head)
+        );
         head.push(byte[0]);
     }
     let head = String::from_utf8_lossy(&head).to_lowercase();
     assert!(head.starts_with("http/1.1 101"), "{head}");
-    assert!(head.contains("upgrade: websocket") && head.contains("sec-websocket-accept"), "{head}");
+    assert!(
+        head.contains("upgrade: websocket") && head.contains("sec-websocket-accept"),
+        "{head}"
+    );
     // Bytes both ways, after the switch.
     for frame in [&b"\x81\x05hello"[..], b"\x81\x05again"] {
         tls.write_all(frame).await.unwrap();
         let mut back = vec![0u8; frame.len()];
-        tokio::time::timeout(std::time::Duration::from_secs(10), tls.read_exact(&mut back))
-            .await
-            .unwrap()
-            .unwrap();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            tls.read_exact(&mut back),
+        )
+        .await
+        .unwrap()
+        .unwrap();
         assert_eq!(back, frame);
     }
     let seen = seen.lock().unwrap().clone();

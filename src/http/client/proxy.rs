@@ -691,6 +691,7 @@ mod tests {
                 .no("internal.example")
                 .build(),
             source: Source::Env,
+            own: None,
         };
         let via = resolve(None, None, &env, "https://api.example.com/v1");
         assert_eq!(via.shown(), "socks5://127.0.0.1:1080");
