@@ -123,7 +123,7 @@ fn stream() -> Vec<u8> {
         chunk(json!({"role": "assistant", "content": ""}), Value::Null).into(),
     )];
     let push = |frames: &mut Vec<String>, body: String| {
-        if frames.len().is_multiple_of(25) {
+        if frames.len() % 25 == 0 {
             frames.push(envelope(heartbeats[frames.len() / 25 % 4].clone()));
         }
         frames.push(envelope(body.into()));

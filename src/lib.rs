@@ -6,7 +6,8 @@
 //! other way, whether a `use` line or a `crate::…` path in the code):
 //!
 //! 1. `os` — every platform difference: stop and reload events, files
-//!    written whole and owner-only, socket flags, the login entry's kind.
+//!    written whole and owner-only, socket flags, the login entry's kind,
+//!    the default shell, a client run in this process's place.
 //! 2. `clock` — now, the zone local hours are read in, `/status` stamps.
 //! 3. `registry` — the one list of shims.
 //! 4. `http` — bodies and stable error codes, request bodies within the

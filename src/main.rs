@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use shimgate::cmd::cli::{Cli, Command};
+use shimgate::cmd::env::Target;
 use shimgate::cmd::serve;
 
 fn main() -> ExitCode {
@@ -16,6 +17,14 @@ fn main() -> ExitCode {
         Command::Paths { config } => shimgate::cmd::paths::run(config.as_deref()),
         Command::Autostart { action } => shimgate::cmd::autostart::run(action),
         Command::Ca { action } => shimgate::cmd::ca::run(action),
+        Command::Env {
+            target,
+            shell,
+            config,
+        } => shimgate::cmd::env::run(target, shell, config.as_deref()),
+        Command::Launch { config, command } => {
+            shimgate::cmd::launch::run(Target::Qoder, config.as_deref(), &command)
+        }
         Command::Frames { include_incomplete } => {
             shimgate::cmd::frames::run_stdio(include_incomplete)
         }

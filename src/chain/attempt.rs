@@ -405,6 +405,22 @@ async fn hold_until_content(
         let data = match next_before_content(&mut body, idle).await {
             Ok(Some(data)) => data,
             Ok(None) => continue,
+            Err(f) if f.code == FailureCode::EmptyResponse => {
+                // The translator may know why it ended (a quota sentinel
+                // before the end): then it is the upstream's own error.
+                return match ended_without_content(translator.as_mut(), &mut held) {
+                    Some(failure) => PreCommit::Failed {
+                        failure,
+                        verbatim: None,
+                        unsent: false,
+                        held: Some(InBand {
+                            translated: held,
+                            native: Bytes::from(native.concat()),
+                        }),
+                    },
+                    None => failed(f),
+                };
+            }
             Err(f) => return failed(f),
         };
         native.push(data.clone());
@@ -457,6 +473,22 @@ async fn next_before_content(
             ),
         )),
         Ok(Some(Ok(frame))) => Ok(frame.into_data().ok()),
+    }
+}
+
+/// The upstream ended its answer before any content: the error the
+/// translator reads in that end ([`StreamTranslator::eof`]; the
+/// model-server wire's `[EXCEED_QUOTA]` then the end is `QUOTA`), which
+/// is the upstream's own in-band error; `None` when it reads an end
+/// frame or a cut (an empty answer).
+fn ended_without_content(
+    translator: &mut dyn StreamTranslator,
+    held: &mut BytesMut,
+) -> Option<Failure> {
+    match translator.eof(held) {
+        class if class.is_cut() => None,
+        FrameClass::Error(failure) => Some(failure),
+        _ => None,
     }
 }
 
@@ -782,10 +814,13 @@ fn translate_events(
 fn at_eof(translator: &mut dyn StreamTranslator, out: &mut BytesMut) -> Result<(), Failure> {
     match translator.eof(out) {
         FrameClass::End => Ok(()),
-        FrameClass::Error(f) => {
+        // A cut: the translator wrote nothing; close the output.
+        FrameClass::Error(f) if f.code == FailureCode::Transport => {
             translator.fail(&f, out);
             Err(f)
         }
+        // The upstream's own error, read in how it ended: closed already.
+        FrameClass::Error(f) => Err(f),
         FrameClass::Content | FrameClass::NotContent => {
             let f = Failure::new(
                 FailureCode::Transport,

@@ -26,7 +26,7 @@ mod response;
 
 pub use attempt::{relay, sse_headers, ROUTE_HEADER, SWITCHED_FROM_HEADER};
 pub use outbound::{FixedOutbound, Outbound, OutboundFuture};
-pub use response::{ChainError, ChainResponse, LastInBand};
+pub use response::{ChainError, ChainResponse, LastAnswer};
 pub mod breaker;
 pub mod budget;
 pub mod decide;
@@ -105,6 +105,11 @@ pub struct CallSpec {
     /// The agent's conversation id (its conversation header or the wire's
     /// own field; empty when it has none): what a switch is logged under.
     pub conversation: String,
+    /// When every route failed and the last try ended in the provider's
+    /// own HTTP error, the agent gets that answer as it came rather than
+    /// the `502 AUTO_ROUTES_EXHAUSTED` list (a wire whose client acts on
+    /// the provider's errors: `Shim::AGENT_READS_HTTP_ERRORS`).
+    pub last_http_error: bool,
 }
 
 impl CallSpec {
@@ -130,6 +135,7 @@ impl CallSpec {
             passthrough: false,
             idempotent: false,
             conversation: String::new(),
+            last_http_error: false,
         }
     }
 
@@ -294,9 +300,9 @@ struct Driver<'a> {
     at: SystemTime,
     started: Instant,
     reports: Vec<RouteReport>,
-    /// The provider's in-band error of the call's last failed try, when
-    /// that try ended in one (what the agent reads if every route fails).
-    last_in_band: Option<Box<LastInBand>>,
+    /// The provider's own answer of the call's last failed try, when the
+    /// agent is to read it if every route fails ([`LastAnswer`]).
+    last_answer: Option<Box<LastAnswer>>,
     /// Where the head goes; taken when it is sent.
     head_tx: Option<oneshot::Sender<ChainResponse>>,
 }
@@ -309,7 +315,7 @@ async fn drive(ctx: ChainCtx, spec: CallSpec, head_tx: oneshot::Sender<ChainResp
         at: SystemTime::now(),
         started: Instant::now(),
         reports: Vec::new(),
-        last_in_band: None,
+        last_answer: None,
         head_tx: Some(head_tx),
     };
     let now = Now::system();
@@ -405,12 +411,12 @@ impl Driver<'_> {
             );
             match decision.next {
                 Next::Retry { wait } => {
-                    self.remember(leg, &failure, held);
+                    self.remember(leg, &failure, held, verbatim);
                     warn!(shim = self.spec.shim, route = %leg.route.name, try_no = tries, code = %failure.code, reason = %failure.message, wait_ms = wait.as_millis() as u64, "attempt failed; retrying on the same route");
                     self.backoff(wait, leg, tries, started).await?;
                 }
                 Next::Switch | Next::Stop(Stop::Exhausted) => {
-                    self.remember(leg, &failure, held);
+                    self.remember(leg, &failure, held, verbatim);
                     match leg.next {
                         Some(next) => {
                             warn!(shim = self.spec.shim, route = %leg.route.name, next = %next, code = %failure.code, reason = %failure.message, tries, "route failed; switching")
@@ -722,25 +728,40 @@ impl Driver<'_> {
     }
 
     /// Keeps what a failed try that the call goes on from ended in: the
-    /// provider's in-band error, or nothing (a later failure of another
-    /// kind replaces an earlier in-band one).
-    fn remember(&mut self, leg: &Leg<'_>, failure: &Failure, held: Option<attempt::InBand>) {
-        self.last_in_band = held.map(|h| {
-            Box::new(LastInBand {
+    /// provider's in-band error, its HTTP error when the agent reads
+    /// those ([`CallSpec::last_http_error`]), or nothing (a later failure
+    /// of another kind replaces an earlier answer).
+    fn remember(
+        &mut self,
+        leg: &Leg<'_>,
+        failure: &Failure,
+        held: Option<attempt::InBand>,
+        verbatim: Option<attempt::Verbatim>,
+    ) {
+        let answer = |http, translated, native| {
+            Box::new(LastAnswer {
                 failure: failure.clone(),
                 route: leg.route.name.clone(),
-                translated: h.translated.freeze(),
-                native: h.native,
+                http,
+                translated,
+                native,
             })
-        });
+        };
+        self.last_answer = match (held, verbatim) {
+            (Some(h), _) => Some(answer(None, h.translated.freeze(), h.native)),
+            (None, Some(v)) if self.spec.last_http_error => {
+                Some(answer(Some((v.status, v.headers)), v.body.clone(), v.body))
+            }
+            _ => None,
+        };
     }
 
     /// Every route failed: one error listing each (with the provider's
-    /// in-band error of the last try, when it ended in one).
+    /// own answer of the last try, when the agent is to read it).
     fn exhausted(&mut self) {
         let error = ChainError::Exhausted {
             reports: self.reports.clone(),
-            last: self.last_in_band.take(),
+            last: self.last_answer.take(),
         };
         self.fail(error);
     }

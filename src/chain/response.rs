@@ -4,6 +4,7 @@
 use std::time::SystemTime;
 
 use bytes::Bytes;
+use http::header::{self, HeaderValue};
 use http::{HeaderMap, Response, StatusCode};
 use serde_json::json;
 use shimgate_shim_api::{Failure, FailureCode};
@@ -72,19 +73,24 @@ impl ChainResponse {
     }
 }
 
-/// The provider's own in-band error (a SOLO `event: error`, a qoder error
-/// envelope) that ended the last try of a call whose routes all failed:
-/// what the agent reads, in its own wire, instead of a JSON 502 its client
-/// cannot show ("token expired, sign in again").
+/// The provider's own answer that ended the last try of a call whose
+/// routes all failed: what the agent reads instead of a JSON 502 its
+/// client cannot show ("token expired, sign in again"). An in-band error
+/// (a SOLO `event: error`, a qoder error envelope), in the agent's own
+/// wire; or, on a wire whose client acts on them
+/// ([`super::CallSpec::last_http_error`]), the provider's HTTP error.
 #[derive(Debug, Clone)]
-pub struct LastInBand {
+pub struct LastAnswer {
     /// The failure it was, and the route that gave it.
     pub failure: Failure,
     pub route: String,
+    /// `None`: an in-band error, read in a 200 stream; `Some`: the
+    /// provider's HTTP error, its status and headers.
+    pub http: Option<(StatusCode, HeaderMap)>,
     /// The answer as the client of this call reads it (its translator's
-    /// frames up to the error).
+    /// frames up to the error; an HTTP error's body as it came).
     pub translated: Bytes,
-    /// The upstream's own bytes up to the error.
+    /// The upstream's own bytes (up to the error; an HTTP error's body).
     pub native: Bytes,
 }
 
@@ -93,11 +99,11 @@ pub struct LastInBand {
 pub enum ChainError {
     /// The shim has no routes configured.
     NoRoutes { shim: &'static str },
-    /// Every route failed; `last` is the provider's in-band error that
-    /// ended the last try, when it was one.
+    /// Every route failed; `last` is the provider's own answer that ended
+    /// the last try, when the agent is to read it ([`LastAnswer`]).
     Exhausted {
         reports: Vec<RouteReport>,
-        last: Option<Box<LastInBand>>,
+        last: Option<Box<LastAnswer>>,
     },
     /// The user's rules (disables, route windows) leave no route to try:
     /// each route with why, and when the first window opens again.
@@ -183,8 +189,9 @@ impl ChainError {
     }
 
     /// The 502 (or 503) JSON answer, listing each route; or, when the last
-    /// try ended in the provider's own in-band error, that error as the
-    /// client reads it (a 200 stream in its wire; the route list is in
+    /// try ended in the provider's own answer the agent reads
+    /// ([`LastAnswer`]), that answer (an in-band error in a 200 stream of
+    /// its wire, an HTTP error as it came; the route list is in
     /// `/status.chain.calls` and the log).
     pub fn into_response(self) -> Response<Body> {
         if let ChainError::Exhausted {
@@ -193,6 +200,16 @@ impl ChainError {
         {
             let mut resp = Response::new(body::full(last.translated));
             *resp.headers_mut() = super::sse_headers(&last.route);
+            if let Some((status, headers)) = last.http {
+                *resp.status_mut() = status;
+                *resp.headers_mut() = headers;
+                // The body's length is its own (it may have been cut at
+                // the error bound); the route is named as on any answer.
+                resp.headers_mut().remove(header::CONTENT_LENGTH);
+                if let Ok(v) = HeaderValue::from_str(&last.route) {
+                    resp.headers_mut().insert(super::ROUTE_HEADER, v);
+                }
+            }
             return resp;
         }
         let (status, document) = self.into_json();

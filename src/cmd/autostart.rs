@@ -3,14 +3,12 @@
 //! configured listeners whether a shimgate answers, since an entry that is
 //! installed says nothing about whether it started.
 
-use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use crate::autostart::{self, Installed, Launch};
 use crate::cmd::cli::AutostartAction;
+use crate::cmd::probe;
 use crate::cmd::serve::{resolve_config, EXIT_CONFIG};
 use crate::config::paths;
 
@@ -117,33 +115,11 @@ fn status(installed: Installed, config: Option<PathBuf>) -> ExitCode {
             );
             continue;
         }
-        let answer = match ask_status(shim.listen) {
+        let answer = match probe::version_at(shim.listen) {
             Some(version) => format!("a shimgate answers (version {version})"),
             None => "nothing answers".to_owned(),
         };
         println!("listener {} {}: {answer}", shim.name, shim.listen);
     }
     ExitCode::SUCCESS
-}
-
-/// `GET /status` on `addr`, within a second: the version of the shimgate
-/// that answered, or `None`.
-fn ask_status(addr: SocketAddr) -> Option<String> {
-    let wait = Duration::from_secs(1);
-    let mut stream = TcpStream::connect_timeout(&addr, wait).ok()?;
-    stream.set_read_timeout(Some(wait)).ok()?;
-    stream.set_write_timeout(Some(wait)).ok()?;
-    let host = SocketAddr::from(([127, 0, 0, 1], addr.port()));
-    // HTTP/1.0: the body comes whole, ended by the close, never chunked.
-    write!(stream, "GET /status HTTP/1.0\r\nHost: {host}\r\n\r\n").ok()?;
-    let mut text = String::new();
-    let _ = stream.take(4 << 20).read_to_string(&mut text);
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    if head.split(' ').nth(1) != Some("200") {
-        return None;
-    }
-    let doc: serde_json::Value = serde_json::from_str(body).ok()?;
-    doc.get("version")
-        .and_then(|v| v.as_str())
-        .map(str::to_owned)
 }

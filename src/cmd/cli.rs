@@ -1,9 +1,14 @@
 //! Command-line arguments (clap derive); only argument structs live here.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use clap::builder::PossibleValue;
 use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::cmd::env::Target;
+use crate::os::Shell;
 
 /// shimgate: lets a context-compression proxy work for the qoder and trae wires.
 #[derive(Debug, Parser)]
@@ -55,6 +60,35 @@ pub enum Command {
     Ca {
         #[command(subcommand)]
         action: CaAction,
+    },
+    /// Print the variables that point a client at this shimgate, for a
+    /// shell (nothing is changed: eval them, or set them where you choose).
+    Env {
+        /// Which clients: `qoder` (the Qoder CLI and the Qoder IDE).
+        #[arg(value_enum)]
+        target: Target,
+        /// The shell to write for (default: sh on Unix, powershell on Windows).
+        #[arg(long, value_enum)]
+        shell: Option<Shell>,
+        /// Config file (default: as `serve` finds it).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
+    /// Run a client with those variables set for it alone: `shimgate
+    /// launch -- qodercli -p "say hi"`. Its exit code is launch's.
+    Launch {
+        /// Config file (default: as `serve` finds it).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+        /// The command and its arguments (after `--`).
+        #[arg(
+            required = true,
+            num_args = 1..,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "CMD"
+        )]
+        command: Vec<OsString>,
     },
     /// Validate a config file; exit 2 with the key path on failure.
     CheckConfig {
@@ -110,6 +144,16 @@ pub enum Command {
         #[arg(long)]
         check: bool,
     },
+}
+
+impl ValueEnum for Shell {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Shell::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.name()))
+    }
 }
 
 /// What `autostart` does.

@@ -1,12 +1,16 @@
 //! The subcommands, one file each: `serve` and `check-config`, `paths`,
-//! `autostart`, `frames`, `translate`, `ca`; the command line itself and
-//! logging setup. (`demo` and `compressor` have folders of their own; what
+//! `autostart`, `frames`, `translate`, `ca`, `env`, `launch`; the command
+//! line itself, logging setup, and asking a listener whether a shimgate
+//! answers (`probe`). (`demo` and `compressor` have folders of their own; what
 //! stops or reloads a process is [`crate::os::stop_events`].)
 
 pub mod autostart;
 pub mod ca;
 pub mod cli;
+pub mod env;
 pub mod frames;
+pub mod launch;
 pub mod paths;
+pub mod probe;
 pub mod serve;
 pub mod translate;

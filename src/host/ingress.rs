@@ -437,6 +437,7 @@ async fn direct<S: Shim>(
     let mut spec = CallSpec::new(config, name, "fallback", outbound, agent.received);
     spec.translator = Some(factory);
     spec.error_codes = Some(host.error_codes());
+    spec.last_http_error = S::AGENT_READS_HTTP_ERRORS;
     spec.housekeeping = housekeeping;
     spec.secrets = secrets;
     spec.conversation = agent.conversation;

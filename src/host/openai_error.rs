@@ -176,9 +176,10 @@ fn failure_response(
 /// Every route failed (or none could be tried): `502
 /// AUTO_ROUTES_EXHAUSTED` with the per-route list, or `429` when every
 /// route that was tried was rate limited. `error.native` is what the agent
-/// reads: the provider's own in-band error of the last try in the agent's
-/// wire when it ended in one (whatever its class: an expired token, a quota
-/// wall, a server error), else the same JSON.
+/// reads: the provider's own answer that ended the last try when the agent
+/// reads it (an in-band error in the agent's wire, whatever its class: an
+/// expired token, a quota wall, a server error; an HTTP error as it came,
+/// on a wire whose client acts on those), else the same JSON.
 fn chain_error_response(e: ChainError, cx: &ErrorContext<'_>) -> Response<Body> {
     let secrets = cx.secrets;
     let direct = e.clone().into_json();
@@ -186,11 +187,21 @@ fn chain_error_response(e: ChainError, cx: &ErrorContext<'_>) -> Response<Body> 
     let native = match &e {
         ChainError::Exhausted {
             last: Some(last), ..
-        } => Native {
-            status: StatusCode::OK,
-            content_type: "text/event-stream".into(),
-            retry_after: None,
-            body: replay((cx.agent_translator)(), &last.native),
+        } => match &last.http {
+            // The provider's HTTP error, as it came.
+            Some((status, headers)) => Native {
+                status: *status,
+                content_type: text_header(headers, header::CONTENT_TYPE)
+                    .unwrap_or_else(|| "application/json".into()),
+                retry_after: text_header(headers, header::RETRY_AFTER),
+                body: last.native.clone(),
+            },
+            None => Native {
+                status: StatusCode::OK,
+                content_type: "text/event-stream".into(),
+                retry_after: None,
+                body: replay((cx.agent_translator)(), &last.native),
+            },
         },
         _ => Native {
             status: direct.0,

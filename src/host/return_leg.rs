@@ -285,6 +285,7 @@ async fn forward<S: Shim>(
     let mut spec = CallSpec::new(config, name, "return", outbound, received);
     spec.translator = Some(factory);
     spec.error_codes = Some(host.error_codes());
+    spec.last_http_error = S::AGENT_READS_HTTP_ERRORS;
     spec.housekeeping = housekeeping;
     spec.secrets = secrets.clone();
     spec.conversation = entry.conversation.clone();

@@ -18,7 +18,13 @@
 //! - **Socket flags** ([`nothing_to_read`]).
 //! - **The login entry this OS uses** ([`LOGIN_ENTRY`]) and the Windows
 //!   Run value ([`run_value`]).
+//! - **The shell a user types in** ([`DEFAULT_SHELL`]: what `shimgate env`
+//!   writes for when none is named).
+//! - **Running a client in this process's place** ([`run_in_place`], for
+//!   `shimgate launch`: its exit code, its signals, its console), found
+//!   as this OS's shells find programs ([`PROGRAM_SEARCH`] says how).
 
+use std::ffi::OsStr;
 use std::future::{poll_fn, Future as _};
 use std::io::Write as _;
 use std::path::Path;
@@ -33,7 +39,9 @@ mod windows;
 #[cfg(windows)]
 use windows as sys;
 
-pub use sys::{delete_run_value, run_value, set_run_value, LOGIN_ENTRY};
+pub use sys::{
+    delete_run_value, run_value, set_run_value, DEFAULT_SHELL, LOGIN_ENTRY, PROGRAM_SEARCH,
+};
 
 /// What a stop or reload event asks of the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -236,6 +244,55 @@ pub enum LoginEntry {
     LaunchAgent,
     /// A value under `HKCU\…\Run` (Windows).
     RunKey,
+}
+
+/// A shell whose syntax `shimgate env` writes its variables in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shell {
+    /// sh, bash, zsh (and Git Bash on Windows): `export X='…'`.
+    Sh,
+    /// PowerShell, Windows' own or `pwsh` elsewhere: `$env:X = '…'`.
+    PowerShell,
+    /// Windows' `cmd.exe`: `set "X=…"`.
+    Cmd,
+}
+
+impl Shell {
+    /// Every shell, in the order `--help` lists them.
+    pub const ALL: [Shell; 3] = [Shell::Sh, Shell::PowerShell, Shell::Cmd];
+
+    /// Its name on the command line (`--shell sh`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Shell::Sh => "sh",
+            Shell::PowerShell => "powershell",
+            Shell::Cmd => "cmd",
+        }
+    }
+}
+
+/// Runs `program` (found on `PATH` already: on Windows an npm `.cmd`
+/// shim as well as an `.exe`) with `args` and the variables `vars` added
+/// to this process's environment, in this process's place: it gets the
+/// terminal, stdin, stdout and stderr, Ctrl-C and every other signal, and
+/// its exit code is the one to exit with. Unix: `exec` (the process
+/// becomes the client, as `cargo run` does; this returns only when that
+/// fails); Windows, which has no `exec`: a child, waited for, while this
+/// process ignores the Ctrl-C and Ctrl-Break the console sends to both
+/// (the child decides what they mean). `typed` is the name the user typed
+/// (the child's `argv[0]` on Unix).
+pub fn run_in_place(
+    program: &Path,
+    typed: &OsStr,
+    args: &[std::ffi::OsString],
+    vars: &[(String, String)],
+) -> std::io::Result<i32> {
+    let mut command = std::process::Command::new(program);
+    command.args(args);
+    for (name, value) in vars {
+        command.env(name, value);
+    }
+    sys::run_in_place(command, typed)
 }
 
 #[cfg(test)]

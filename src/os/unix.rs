@@ -7,7 +7,7 @@ use std::path::Path;
 use rustix::net::RecvFlags;
 use tokio::signal::unix::{signal, SignalKind};
 
-use super::{Event, LoginEntry, Source};
+use super::{Event, LoginEntry, Shell, Source};
 
 /// TERM (what `kill`, systemd and launchd send) and INT (Ctrl-C) stop; HUP
 /// reloads `serve` (and ends a process with nothing to reload, as the
@@ -62,6 +62,22 @@ pub const LOGIN_ENTRY: LoginEntry = if cfg!(target_os = "macos") {
 } else {
     LoginEntry::SystemdUser
 };
+
+/// How a program named without a folder is found, for messages.
+pub const PROGRAM_SEARCH: &str = "on PATH";
+
+/// What a Unix terminal runs (sh, bash, zsh).
+pub const DEFAULT_SHELL: Shell = Shell::Sh;
+
+/// `exec`: the client takes this process's place (its pid, its signals,
+/// its exit status), so nothing stands between it and the terminal.
+pub(super) fn run_in_place(
+    mut command: std::process::Command,
+    typed: &std::ffi::OsStr,
+) -> io::Result<i32> {
+    use std::os::unix::process::CommandExt as _;
+    Err(command.arg0(typed).exec())
+}
 
 fn no_registry() -> io::Error {
     io::Error::new(

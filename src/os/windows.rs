@@ -22,7 +22,7 @@ use tokio::signal::windows as w;
 use winreg::enums::{HKEY_CURRENT_USER, KEY_READ, KEY_SET_VALUE};
 use winreg::RegKey;
 
-use super::{Event, LoginEntry, Source};
+use super::{Event, LoginEntry, Shell, Source};
 
 /// Every console event stops: Ctrl-C, Ctrl-Break, the console closed,
 /// logoff, shutdown.
@@ -102,6 +102,37 @@ pub(super) const PEEK_NOW: RecvFlags = RecvFlags::PEEK;
 /// A value under `HKCU\…\Run`.
 pub const LOGIN_ENTRY: LoginEntry = LoginEntry::RunKey;
 
+/// How a program named without a folder is found, for messages (npm's
+/// shims are `.cmd` files).
+pub const PROGRAM_SEARCH: &str = "on PATH (with any PATHEXT ending: .exe, .cmd, …)";
+
+/// What a Windows terminal opens by default (Windows Terminal and the
+/// Start menu's own: PowerShell).
+pub const DEFAULT_SHELL: Shell = Shell::PowerShell;
+
+/// The client as a child, waited for. The console sends Ctrl-C and
+/// Ctrl-Break to every process attached to it: the child gets them and
+/// decides; this process holds tokio's handlers meanwhile, which answer
+/// "handled", so it is not ended before the child and passes its exit
+/// code on (a code of 32 bits, as Windows has them).
+pub(super) fn run_in_place(
+    command: std::process::Command,
+    _typed: &std::ffi::OsStr,
+) -> io::Result<i32> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let _ctrl_c = w::ctrl_c()?;
+        let _ctrl_break = w::ctrl_break()?;
+        let status = tokio::process::Command::from(command)
+            .spawn()?
+            .wait()
+            .await?;
+        Ok(status.code().unwrap_or(1))
+    })
+}
+
 /// The key Windows reads at the user's logon, under HKCU.
 const RUN_KEY: &str = r"Software\Microsoft\Windows\CurrentVersion\Run";
 
@@ -159,6 +190,15 @@ mod tests {
             Path::new(r"C:\Users\Root\a"),
             Path::new(r"c:\users\root")
         ));
+    }
+
+    /// The child's exit code comes back (found the way `launch` finds it).
+    #[test]
+    fn a_child_in_this_process_s_place_passes_its_exit_code_on() {
+        let cmd = which::which("cmd").unwrap();
+        let args = ["/c".into(), "exit".into(), "7".into()];
+        let code = run_in_place(&cmd, std::ffi::OsStr::new("cmd"), &args, &[]).unwrap();
+        assert_eq!(code, 7);
     }
 
     #[test]

@@ -965,16 +965,13 @@ async fn the_qoder_cli_behind_the_capture_listener_gets_its_answer_through_the_q
     let s = Stack0::start().await;
     let (gate, compressor) = with_compressor(&s.toml("")).await;
     let env = CliEnv::new(&gate.capture, &s.bundle);
-    let run = {
-        let _permit = super::qoder_cli::RUNS.acquire().await.unwrap();
-        qoder_cli::run(
-            &cli,
-            &env,
-            &["-p", "say hi"],
-            std::time::Duration::from_secs(240),
-        )
-        .await
-    };
+    let run = qoder_cli::run(
+        &cli,
+        &env,
+        &["-p", "say hi"],
+        std::time::Duration::from_secs(240),
+    )
+    .await;
     eprintln!("qodercli through the capture listener: {}", run.describe());
     assert!(
         run.leaks().is_empty(),

@@ -16,6 +16,7 @@ use crate::support::qoder::{
 use crate::support::upstream::{Recorded, Reply, Upstream};
 use crate::support::{eventually, Gate};
 
+mod cli;
 mod model_server;
 
 fn routes(ups: &[&Upstream]) -> String {

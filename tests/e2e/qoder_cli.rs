@@ -10,23 +10,22 @@
 //!
 //! Each CLI run takes 12-40 s on two cores (loading its 33 MB bundle is
 //! most of it; over 100 s when other builds share the cores); at most two
-//! run at once ([`RUNS`]).
+//! run at once (`qoder_cli::run`).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::Semaphore;
 
 use crate::support::cosy_check;
-use crate::support::qoder_cli::{self, Cli, CliEnv, Run, TOKEN};
+use crate::support::qoder_cli::{
+    self, assert_run, Cli, CliEnv, Run, SAYS_LOGIN_EXPIRED, SAYS_NOT_COMPLETED, SAYS_USAGE_LIMIT,
+    TOKEN,
+};
 use crate::support::qoder_model_server::{self as model_server, envelope, ModelServer};
 use crate::support::qoder_world::{self, World};
 use crate::support::scripted_https::{Call, Reply};
 use crate::support::test_ca::TestCa;
-
-/// CLI runs at once, across these tests (two cores).
-pub(crate) static RUNS: Semaphore = Semaphore::const_new(2);
 
 /// The hard limit of one CLI run (it retries some failures without end,
 /// and a run took 110 s on two cores under a load of 13).
@@ -75,29 +74,11 @@ impl Stack {
     }
 }
 
-/// Runs the CLI (at most [`RUNS`] at once) and prints what it did.
+/// Runs the CLI (at most two runs at once) and prints what it did.
 async fn run(cli: &Cli, env: &CliEnv, args: &[&str]) -> Run {
-    let _permit = RUNS.acquire().await.unwrap();
     let run = qoder_cli::run(cli, env, args, TIMEOUT).await;
     eprintln!("qodercli {args:?}: {}", run.describe());
     run
-}
-
-/// The run printed `stdout` exactly, exited with `code`, refused nothing.
-fn assert_run(run: &Run, stdout: &str, code: i32, world: &World) {
-    assert!(
-        run.leaks().is_empty(),
-        "the CLI tried to leave loopback: {}\nits calls:\n{}",
-        run.describe(),
-        world.summary()
-    );
-    assert_eq!(
-        (run.stdout.as_str(), run.code),
-        (stdout, Some(code)),
-        "{}\nits calls:\n{}",
-        run.describe(),
-        world.summary()
-    );
 }
 
 /// The CLI signed in through the world (so it trusted the world's CA)
@@ -296,12 +277,7 @@ async fn without_the_ca_the_cli_refuses_the_model_server() {
     let mut env = CliEnv::new(&stack.world.proxy_url(), &stack.world_only);
     env.model_server(&stack.model.host());
     let run = run(&cli, &env, &["-p", "say hi"]).await;
-    assert_run(
-        &run,
-        "The request could not be completed. Please try again.",
-        1,
-        &stack.world,
-    );
+    assert_run(&run, SAYS_NOT_COMPLETED, 1, &stack.world);
     assert!(stack.model.calls().is_empty(), "no request got through");
     let failures = stack.model.tls_failures();
     eprintln!("the model server saw: {failures:?}");
@@ -390,9 +366,8 @@ async fn reaction(answer: Reply) -> (Run, Stack) {
     (run, stack)
 }
 
-/// An error envelope with `statusCodeValue` `status` and `body`.
 fn error_answer(status: u16, status_code: &str, body: &Value) -> Reply {
-    model_server::sse(&[envelope(status, status_code, &body.to_string())])
+    model_server::error_envelope(status, status_code, body)
 }
 
 #[tokio::test]
@@ -400,19 +375,26 @@ async fn an_envelope_saying_login_expired_ends_the_run_asking_to_sign_in() {
     if qoder_cli::find().is_none() {
         return;
     }
-    let (run, stack) = reaction(error_answer(
-        401,
-        "UNAUTHORIZED",
-        &serde_json::json!({"code": "105", "message": "login expired"}),
-    ))
-    .await;
-    assert_run(
-        &run,
-        "Your authentication has expired. Please sign in again.",
-        1,
-        &stack.world,
-    );
+    let (run, stack) = reaction(model_server::login_expired_envelope()).await;
+    assert_run(&run, SAYS_LOGIN_EXPIRED, 1, &stack.world);
     assert_eq!(stack.model.calls().len(), 1, "not retried");
+}
+
+/// An HTTP `401` whose body says the login expired: the CLI refreshes its
+/// token and sends the request once more (with the same `X-Request-ID`,
+/// which the real server may refuse as a duplicate), then says the login
+/// expired and exits 1.
+#[tokio::test]
+async fn http_401_saying_login_expired_is_sent_once_more_then_ends_the_run() {
+    let Some(cli) = qoder_cli::find() else { return };
+    let stack = Stack::start(|_, _| model_server::login_expired_http()).await;
+    let run = run(&cli, &stack.http_env(), &["-p", "say hi"]).await;
+    assert_run(&run, SAYS_LOGIN_EXPIRED, 1, &stack.world);
+    assert_eq!(
+        stack.model.problems(),
+        [vec![], vec!["X-Request-ID reused".to_owned()]],
+        "sent once more, with the same id"
+    );
 }
 
 #[tokio::test]
@@ -426,12 +408,7 @@ async fn an_envelope_saying_duplicate_request_ends_the_run() {
         &serde_json::json!({"code": "103", "message": "Duplicate request"}),
     ))
     .await;
-    assert_run(
-        &run,
-        "The request could not be completed. Please try again.",
-        1,
-        &stack.world,
-    );
+    assert_run(&run, SAYS_NOT_COMPLETED, 1, &stack.world);
     assert_eq!(stack.model.calls().len(), 1, "not retried");
 }
 
@@ -504,12 +481,7 @@ async fn http_429_is_retried_then_reported_as_the_usage_limit() {
         r#"{"code":"429","message":"Too many requests"}"#,
     ))
     .await;
-    assert_run(
-        &run,
-        "The usage limit has been reached. Please check your quota and try again later.",
-        1,
-        &stack.world,
-    );
+    assert_run(&run, SAYS_USAGE_LIMIT, 1, &stack.world);
 }
 
 #[tokio::test]
@@ -523,12 +495,7 @@ async fn http_500_is_retried_then_reported() {
         r#"{"code":"500","message":"Internal error"}"#,
     ))
     .await;
-    assert_run(
-        &run,
-        "The request could not be completed. Please try again.",
-        1,
-        &stack.world,
-    );
+    assert_run(&run, SAYS_NOT_COMPLETED, 1, &stack.world);
 }
 
 /// `[EXCEED_QUOTA]…` is read past like `[DONE]`'s neighbours: alone, the
@@ -539,16 +506,8 @@ async fn exceed_quota_alone_is_an_incomplete_answer_the_cli_retries() {
     if qoder_cli::find().is_none() {
         return;
     }
-    let (run, stack) = retried(model_server::sse(&[
-        r#"[EXCEED_QUOTA]{"message":"quota exceeded"}"#.to_owned(),
-    ]))
-    .await;
-    assert_run(
-        &run,
-        "The request could not be completed. Please try again.",
-        1,
-        &stack.world,
-    );
+    let (run, stack) = retried(model_server::exceed_quota_alone()).await;
+    assert_run(&run, SAYS_NOT_COMPLETED, 1, &stack.world);
     assert!(
         run.log_errors
             .iter()
@@ -569,6 +528,8 @@ async fn exceed_quota_before_an_answer_is_read_past() {
     let (run, stack) = reaction(model_server::sse(&frames)).await;
     assert_run(&run, &format!("{ANSWER}\n"), 0, &stack.world);
 }
+
+mod gate;
 
 /// The version `.ci/run` installs, the one the docs show and the one the
 /// tests expect are the same.

@@ -267,7 +267,7 @@ async fn the_figures_survive_a_restart_of_the_real_binary() {
         ),
     )
     .unwrap();
-    let served = Served::start_with(&config, &["trae".to_owned()]);
+    let served = Served::start_with(&config, &["trae".to_owned()], &[]);
     let mut c = Conversation::new(Wire::Trae, "conv-r", "cred-1");
     for _ in 0..3 {
         let t = c.turn(&served.trae).await;
@@ -293,7 +293,7 @@ async fn the_figures_survive_a_restart_of_the_real_binary() {
         .unwrap();
     let file = before["file"]["path"].as_str().unwrap().to_owned();
     assert!(std::path::Path::new(&file).is_file(), "{file}");
-    let again = Served::start_with(&config, &["trae".to_owned()]);
+    let again = Served::start_with(&config, &["trae".to_owned()], &[]);
     assert_eq!(again.trae, trae);
     let after = client::get(&format!("{}/status", again.trae)).await.json()["savings"].clone();
     assert_eq!(after["file"]["atStart"], "loaded", "{after:#}");

@@ -25,10 +25,11 @@ pub struct Served {
 }
 
 impl Served {
-    /// `serve --config file` with the shims named in `shims` listening.
-    pub fn start_with(config: &Path, shims: &[String]) -> Served {
+    /// `serve --config file` with the shims named in `shims` listening,
+    /// and `env` added to its environment.
+    pub fn start_with(config: &Path, shims: &[String], env: &[(&str, &str)]) -> Served {
         let shims: Vec<&str> = shims.iter().map(String::as_str).collect();
-        Served::spawn(config, &[], &[], &shims)
+        Served::spawn(config, &[], env, &shims)
     }
 
     /// Starts `shimgate [args] serve --config file`.

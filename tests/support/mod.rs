@@ -18,6 +18,7 @@ pub mod process_tree;
 pub mod proxy;
 pub mod qoder;
 pub mod qoder_cli;
+pub mod qoder_gate;
 pub mod qoder_model_server;
 pub mod qoder_world;
 pub mod scripted_https;
@@ -96,16 +97,36 @@ impl Gate {
         }
     }
 
+    /// Starts shimgate as a child process whatever `SHIMGATE_BIN` says
+    /// (that binary, else the one Cargo built), logging at debug, for a
+    /// test that reads what it logged ([`Gate::log`]).
+    pub async fn start_process(toml: &str) -> Gate {
+        Gate::spawn(toml, &[("RUST_LOG", "shimgate=debug,info")]).await
+    }
+
+    /// What the child process wrote to stderr so far (its log); empty for
+    /// a gate in this process.
+    pub fn log(&self) -> String {
+        self.child
+            .as_ref()
+            .map(|c| c.served.stderr())
+            .unwrap_or_default()
+    }
+
     /// `SHIMGATE_BIN serve` on `toml` written to a file, its listeners on
     /// free ports and, as in-process gates, no route state file unless the
     /// test asks for `[state]`.
     async fn binary(toml: &str) -> Gate {
+        Gate::spawn(toml, &[]).await
+    }
+
+    async fn spawn(toml: &str, env: &[(&'static str, &'static str)]) -> Gate {
         let dir = bin::tempdir();
         let file = dir.join("shimgate.toml");
         let (text, shims) = binary_toml(toml, None);
         std::fs::write(&file, text).unwrap();
-        let f = file.clone();
-        let served = tokio::task::spawn_blocking(move || bin::Served::start_with(&f, &shims))
+        let (f, env) = (file.clone(), env.to_vec());
+        let served = tokio::task::spawn_blocking(move || bin::Served::start_with(&f, &shims, &env))
             .await
             .unwrap();
         Gate {

@@ -26,13 +26,19 @@
 //!   keeps loopback direct) and trusts the roots in `NODE_EXTRA_CA_CERTS`;
 //!   what it calls and what each call needs is in `qoder_world.rs`.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tokio::sync::Semaphore;
 
 use super::process_tree;
+
+/// CLI runs at once, across every test of the process (two cores; each
+/// run loads a 33 MB bundle).
+static RUNS: Semaphore = Semaphore::const_new(2);
 
 /// The pinned version `.ci/run` installs.
 pub const VERSION: &str = "1.1.52";
@@ -40,6 +46,16 @@ pub const VERSION: &str = "1.1.52";
 /// The token the tests sign in with (`QODER_JOB_TOKEN`): what the model
 /// server must see as `Authorization: Bearer …`.
 pub const TOKEN: &str = "jt-shimgate-test-token";
+
+/// What the CLI prints when the model server says the login expired.
+pub const SAYS_LOGIN_EXPIRED: &str = "Your authentication has expired. Please sign in again.";
+
+/// What the CLI prints for most failures it gives up on.
+pub const SAYS_NOT_COMPLETED: &str = "The request could not be completed. Please try again.";
+
+/// What the CLI prints when it gives up on `429`s.
+pub const SAYS_USAGE_LIMIT: &str =
+    "The usage limit has been reached. Please check your quota and try again later.";
 
 /// Where Node and the CLI are.
 #[derive(Debug, Clone)]
@@ -226,6 +242,25 @@ impl CliEnv {
     }
 }
 
+/// The run printed `stdout` exactly, exited with `code`, and tried to
+/// leave loopback nowhere (the calls the world answered are shown when
+/// it did not).
+pub fn assert_run(run: &Run, stdout: &str, code: i32, world: &super::qoder_world::World) {
+    assert!(
+        run.leaks().is_empty(),
+        "the CLI tried to leave loopback: {}\nits calls:\n{}",
+        run.describe(),
+        world.summary()
+    );
+    assert_eq!(
+        (run.stdout.as_str(), run.code),
+        (stdout, Some(code)),
+        "{}\nits calls:\n{}",
+        run.describe(),
+        world.summary()
+    );
+}
+
 /// A `resolve4` of one of qoder's hosts (see [`Run::leaks`]).
 fn is_failure_report_lookup(refusal: &Value) -> bool {
     let host = refusal["host"].as_str().unwrap_or_default();
@@ -299,39 +334,114 @@ impl Run {
 /// Runs `node <bundle> args…` in `env`'s working folder with only `env`'s
 /// variables (and PATH), killing it and its children after `timeout`. The
 /// preload is loaded through NODE_OPTIONS, so a Node child the CLI starts
-/// loads it too.
+/// loads it too. At most two runs at once ([`RUNS`]).
 pub async fn run(cli: &Cli, env: &CliEnv, args: &[&str], timeout: Duration) -> Run {
-    let before = env.refusals().len();
-    let out_path = env.home.path().join("stdout.txt");
-    let err_path = env.home.path().join("stderr.txt");
-    let mut cmd = tokio::process::Command::new(&cli.node);
-    cmd.arg(&cli.bundle)
-        .args(args)
-        .current_dir(env.workdir())
-        .env_clear()
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out_path).unwrap())
-        .stderr(std::fs::File::create(&err_path).unwrap())
-        .kill_on_drop(true);
-    // Only what finding programs needs from the test's own environment.
-    for key in [
+    let mut all: Vec<OsString> = vec![cli.bundle.clone().into()];
+    all.extend(args.iter().map(OsString::from));
+    run_program(&cli.node, &all, env, timeout).await
+}
+
+/// Runs the CLI through `shimgate launch --config CONFIG -- node <bundle>
+/// args…`, with `env`'s variables: `launch` adds those that point it at
+/// the shimgate of `config` (the binary Cargo built, a program of this
+/// host, since it starts the CLI; `exec` on Unix, so the run's process is
+/// the CLI's).
+pub async fn launch(
+    cli: &Cli,
+    env: &CliEnv,
+    config: &Path,
+    args: &[&str],
+    timeout: Duration,
+) -> Run {
+    let mut all: Vec<OsString> = ["launch", "--config"].map(OsString::from).to_vec();
+    all.push(config.into());
+    all.push("--".into());
+    all.push(cli.node.clone().into());
+    all.push(cli.bundle.clone().into());
+    all.extend(args.iter().map(OsString::from));
+    let shimgate = PathBuf::from(env!("CARGO_BIN_EXE_shimgate"));
+    run_program(&shimgate, &all, env, timeout).await
+}
+
+/// The variables `shimgate env qoder --shell sh --config CONFIG` prints
+/// when run with `env`'s variables (so it sees the CLI's own
+/// `NODE_EXTRA_CA_CERTS` and `NO_PROXY`), read back from its `export
+/// NAME='value'` lines (the binary Cargo built: its paths are this
+/// host's).
+pub fn printed_env(env: &CliEnv, config: &Path) -> Vec<(String, String)> {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_shimgate"));
+    cmd.args(["env", "qoder", "--shell", "sh", "--config"])
+        .arg(config)
+        .env_clear();
+    for (k, v) in host_vars().into_iter().chain(
+        env.vars()
+            .iter()
+            .map(|(k, v)| (k.into(), OsString::from(v))),
+    ) {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "shimgate env: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .map(|l| {
+            let (name, quoted) = l
+                .strip_prefix("export ")
+                .and_then(|r| r.split_once('='))
+                .unwrap_or_else(|| panic!("not an export line: {l}"));
+            let value = quoted
+                .strip_prefix('\'')
+                .and_then(|q| q.strip_suffix('\''))
+                .unwrap_or_else(|| panic!("not single-quoted: {l}"))
+                .replace("'\\''", "'");
+            (name.to_owned(), value)
+        })
+        .collect()
+}
+
+/// What finding programs needs from the test's own environment.
+fn host_vars() -> Vec<(String, OsString)> {
+    [
         "PATH",
         "SystemRoot",
         "SYSTEMROOT",
         "WINDIR",
         "COMSPEC",
         "PATHEXT",
-    ] {
-        if let Some(v) = std::env::var_os(key) {
-            cmd.env(key, v);
-        }
+    ]
+    .into_iter()
+    .filter_map(|k| std::env::var_os(k).map(|v| (k.to_owned(), v)))
+    .collect()
+}
+
+/// Runs `program args…` as [`run`] does.
+async fn run_program(program: &Path, args: &[OsString], env: &CliEnv, timeout: Duration) -> Run {
+    let _permit = RUNS.acquire().await.unwrap();
+    let before = env.refusals().len();
+    let out_path = env.home.path().join("stdout.txt");
+    let err_path = env.home.path().join("stderr.txt");
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .current_dir(env.workdir())
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .kill_on_drop(true);
+    for (k, v) in host_vars() {
+        cmd.env(k, v);
     }
     for (k, v) in env.vars() {
         cmd.env(k, v);
     }
     process_tree::own_group(&mut cmd);
     let started = Instant::now();
-    let mut child = cmd.spawn().expect("node starts");
+    let mut child = cmd.spawn().expect("the CLI starts");
     let pid = child.id().unwrap_or_default();
     let waited = tokio::time::timeout(timeout, child.wait()).await;
     // Whatever it left running (hooks, shells) goes with it.

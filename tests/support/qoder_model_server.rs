@@ -196,3 +196,28 @@ pub fn envelope_answer(text: &str) -> Reply {
     payloads.push(envelope(200, "OK", "[DONE]"));
     sse(&payloads)
 }
+
+/// An answer of one error envelope: `statusCodeValue` `status`, and
+/// `body` (qoder's `{code, message}`) as its body.
+pub fn error_envelope(status: u16, status_code: &str, body: &Value) -> Reply {
+    sse(&[envelope(status, status_code, &body.to_string())])
+}
+
+/// The envelope that says the login expired (`105`, inside a 200 stream).
+pub fn login_expired_envelope() -> Reply {
+    error_envelope(
+        401,
+        "UNAUTHORIZED",
+        &json!({"code": "105", "message": "login expired"}),
+    )
+}
+
+/// An HTTP `401` whose body says the login expired (`105`).
+pub fn login_expired_http() -> Reply {
+    Reply::json_sized(401, &[], r#"{"code":"105","message":"login expired"}"#)
+}
+
+/// `[EXCEED_QUOTA]…` alone: the answer has no content.
+pub fn exceed_quota_alone() -> Reply {
+    sse(&[r#"[EXCEED_QUOTA]{"message":"quota exceeded"}"#.to_owned()])
+}

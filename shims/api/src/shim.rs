@@ -87,6 +87,17 @@ pub trait Shim: Send + Sync + 'static {
     /// `None`, the request goes up as it is.
     const ATTEMPT_ID_HEADER: Option<&'static str> = None;
 
+    /// Whether the agent gets the provider's own HTTP error answer when
+    /// every route failed and the last try ended in one (a `401` saying
+    /// the login expired, a `429` or `403` saying the request is queued):
+    /// its status, `Content-Type`, `Retry-After` and body as the provider
+    /// sent them, instead of shimgate's `502 AUTO_ROUTES_EXHAUSTED` (or
+    /// `429`) with the route list. For a wire whose client acts on those
+    /// answers (the Qoder CLI fetches a fresh token on a 401 and asks
+    /// again; it waits out a queue). The route list stays in `/status`
+    /// and the log. Default: `false`.
+    const AGENT_READS_HTTP_ERRORS: bool = false;
+
     /// The body of one upstream attempt whose id is `id` (the wire's own
     /// copy of the request id in the body, kept equal to the header's), or
     /// `None` to send `body` as it is (it holds no such copy, or is not

@@ -30,6 +30,16 @@ pub enum FrameClass {
     End,
 }
 
+impl FrameClass {
+    /// Whether a [`StreamTranslator::eof`] answer says the stream was cut:
+    /// a `TRANSPORT` failure with nothing written, which the caller closes
+    /// with [`StreamTranslator::fail`]. Any other error at the end is the
+    /// upstream's own, already closed by the translator.
+    pub fn is_cut(&self) -> bool {
+        matches!(self, FrameClass::Error(f) if f.code == FailureCode::Transport)
+    }
+}
+
 /// What an answer said of its own size, as the translator read it: the
 /// usage the upstream reported and how much content went by (a route's
 /// output speed and tokens today come from it).
@@ -77,11 +87,14 @@ pub trait StreamTranslator: Send + 'static {
 
     /// The upstream closed the stream without an end frame. Appends whatever
     /// closes the output and returns [`FrameClass::End`] when the answer is
-    /// nevertheless complete.
+    /// nevertheless complete; an `Error` whose code is not `TRANSPORT` when
+    /// the way it ended is the upstream's own error (the model-server
+    /// wire's `[EXCEED_QUOTA]` then the end), its closing frames written
+    /// as for an error event.
     ///
-    /// The default treats the stream as cut: a transport failure, with no
-    /// frame written (the chain then calls [`fail`](Self::fail) if content
-    /// was already sent).
+    /// The default treats the stream as cut ([`FrameClass::is_cut`]): a
+    /// transport failure, with no frame written (the caller then closes
+    /// the output with [`fail`](Self::fail)).
     fn eof(&mut self, out: &mut BytesMut) -> FrameClass {
         let _ = out;
         FrameClass::Error(Failure::new(
@@ -164,8 +177,11 @@ impl<T: StreamTranslator> Drive<T> {
     /// The input ended: the closing frames, if any.
     pub fn finish(mut self) -> Bytes {
         if !self.done {
-            if let FrameClass::Error(f) = self.translator.eof(&mut self.out) {
-                self.translator.fail(&f, &mut self.out);
+            match self.translator.eof(&mut self.out) {
+                FrameClass::Error(f) if f.code == FailureCode::Transport => {
+                    self.translator.fail(&f, &mut self.out);
+                }
+                _ => {}
             }
         }
         self.out.freeze()

@@ -8,8 +8,9 @@
 //!   unwrapped, usage chunks are kept so the proxy learns
 //!   `prompt_tokens`, one `data:` line per frame and `data: [DONE]` last);
 //! * a sentinel: a carrier ([`crate::ext`]), not content. Before any
-//!   content, an answer that said `[EXCEED_QUOTA]` and then ended is a
-//!   `QUOTA` failure (the route rests; another may answer);
+//!   content, an answer that said `[EXCEED_QUOTA]` and then ended (an end
+//!   frame, or the body's end) is a `QUOTA` failure (the route rests;
+//!   another may answer);
 //! * an error (an envelope whose `statusCodeValue` is not 200, `event:
 //!   error`, a chunk with `error`): before content, a failure classified
 //!   by qoder's business codes (the chain retries, switches, or answers
@@ -144,15 +145,19 @@ impl StreamTranslator for ModelReturnLeg {
         if let Some(class) = &self.ended {
             return class.clone();
         }
-        match self.inner.eof(out) {
-            // The unwrapper wrote `[DONE]`: the answer is closed.
-            FrameClass::End => {
-                let class = match self.quota_failure() {
-                    Some(f) => FrameClass::Error(f),
-                    None => FrameClass::End,
-                };
-                self.end(class)
+        let inner = self.inner.eof(out);
+        // `[EXCEED_QUOTA]` and then the end of the body, with no content:
+        // the quota wall, whether or not `[DONE]` came (the model server
+        // may end the body right after the sentinel).
+        if let Some(f) = self.quota_failure() {
+            if inner != FrameClass::End {
+                out.extend_from_slice(DONE_FRAME);
             }
+            return self.end(FrameClass::Error(f));
+        }
+        match inner {
+            // The unwrapper wrote `[DONE]`: the answer is closed.
+            FrameClass::End => self.end(FrameClass::End),
             // Cut: nothing written yet; the chain calls `fail`, which
             // closes the output.
             other => other,

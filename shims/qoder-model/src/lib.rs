@@ -56,6 +56,8 @@ impl Shim for QoderModelShim {
     const DEFAULT_ROUTES: &'static [(&'static str, &'static str)] =
         &[("qoder-model-intl", INTL_URL), ("qoder-model-cn", CN_URL)];
     const ATTEMPT_ID_HEADER: Option<&'static str> = Some("x-request-id");
+    // The CLI refreshes its token on a 401 and reads the queue's wait.
+    const AGENT_READS_HTTP_ERRORS: bool = true;
 
     /// `POST` on [`INFERENCE_PATH`]; `path` may carry a query string.
     fn is_inference(&self, method: &str, path: &str) -> bool {

@@ -17,8 +17,8 @@ use crate::support::bili::{self, Bili};
 use crate::support::client;
 use crate::support::conversation::{Conversation, Turn};
 use crate::support::model::{Model, Wire};
-use crate::support::proxy::Options;
-use crate::support::upstream::{Recorded, Reply};
+use crate::support::proxy::{Options, TestProxy};
+use crate::support::upstream::{Recorded, Reply, Upstream};
 use crate::support::{print_figures, Gate};
 
 /// The CLI's token in these tests (never in a log, `/status` or `/metrics`).
@@ -209,6 +209,126 @@ async fn failover_between_two_model_routes_rests_the_quota_wall() {
         metrics.contains("shim=\"qoderModel\""),
         "the wire has its own metric labels"
     );
+}
+
+/// The gate on `base`, straight or behind a proxy that behaves as
+/// billion-context (kept running while the pair lives).
+async fn gate_on(base: &str, behind_proxy: bool) -> (Gate, Option<TestProxy>) {
+    if behind_proxy {
+        let (gate, proxy) = Gate::behind_proxy(base, "qoder", Options::bili()).await;
+        (gate, Some(proxy))
+    } else {
+        (Gate::start(base).await, None)
+    }
+}
+
+/// Every route failed and the last one answered with an HTTP error: the
+/// client gets that answer as the model server sent it (its status,
+/// content type, `Retry-After` and body), directly and through a proxy,
+/// not shimgate's `502 AUTO_ROUTES_EXHAUSTED`: the CLI fetches a fresh
+/// token on a 401 and waits out a 429. shimgate's own record keeps the
+/// route list.
+#[tokio::test]
+async fn the_last_route_s_http_error_reaches_the_cli_as_the_model_server_sent_it() {
+    let expired = r#"{"code":"105","message":"login expired"}"#;
+    let queued = r#"{"code":"10605","message":"queued"}"#;
+    for behind_proxy in [false, true] {
+        let down = Upstream::start(|_, _| Reply::json(500, r#"{"message":"down"}"#)).await;
+        let auth = Upstream::start(move |_, _| Reply::json(401, expired)).await;
+        let busy =
+            Upstream::start(move |_, _| Reply::json_with(429, &[("retry-after", "7")], queued))
+                .await;
+        let base = format!(
+            "[retry]\nmax_retries = 0\n\
+             [[shims.qoder.model_routes]]\nname = \"down\"\nurl = \"{}\"\n\
+             [[shims.qoder.model_routes]]\nname = \"auth\"\nurl = \"{}\"\n",
+            down.url(),
+            auth.url()
+        );
+        let (gate, _proxy) = gate_on(&base, behind_proxy).await;
+        let resp = cli_send(&gate.qoder, "cli-1", "hi").await;
+        let path = if behind_proxy {
+            "behind the proxy"
+        } else {
+            "direct"
+        };
+        assert_eq!(
+            resp.status,
+            StatusCode::UNAUTHORIZED,
+            "{path}: {}",
+            resp.text()
+        );
+        assert_eq!(resp.text(), expired, "{path}");
+        assert!(
+            resp.headers["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("application/json"),
+            "{path}"
+        );
+        let st = gate.status().await;
+        let call = &st["chain"]["calls"][0];
+        assert_eq!(call["code"], "AUTO_ROUTES_EXHAUSTED", "{path}: {call:#}");
+        assert_eq!(
+            call["routes"].as_array().unwrap().len(),
+            2,
+            "{path}: {call:#}"
+        );
+
+        let base = format!(
+            "[retry]\nmax_retries = 0\n\
+             [[shims.qoder.model_routes]]\nname = \"busy\"\nurl = \"{}\"\n",
+            busy.url()
+        );
+        let (gate, _proxy) = gate_on(&base, behind_proxy).await;
+        let resp = cli_send(&gate.qoder, "cli-2", "hi").await;
+        assert_eq!(
+            resp.status,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{path}: {}",
+            resp.text()
+        );
+        assert_eq!(resp.headers["retry-after"], "7", "{path}");
+        assert_eq!(resp.text(), queued, "{path}");
+        assert_eq!((down.hits(), auth.hits(), busy.hits()), (1, 1, 1), "{path}");
+    }
+}
+
+/// `[EXCEED_QUOTA]` and then the end of the body (no `[DONE]`, no
+/// content) is the quota wall: the route rests and the next one answers;
+/// with no other route the client reads the sentinel as the model server
+/// sent it (the CLI then asks again, as it does directly).
+#[tokio::test]
+async fn exceed_quota_then_the_body_s_end_rests_the_route() {
+    let wall = qm::data("[EXCEED_QUOTA]{\"message\":\"quota exceeded\"}");
+    for behind_proxy in [false, true] {
+        let (m1, m2) = (
+            Model::start(Wire::QoderModel).await,
+            Model::start(Wire::QoderModel).await,
+        );
+        m1.answer_next_with(Reply::sse().chunk(wall.clone()).end());
+        let (gate, _proxy) = gate_on(&routes(&[&m1, &m2]), behind_proxy).await;
+        let read = read_answer(&cli_send(&gate.qoder, "cli-1", "one").await.body);
+        assert!(read.done && read.text == "Noted, reply 0.", "{read:?}");
+        let st = gate.status().await;
+        let effective = &st["chain"]["ordering"]["effective"]["qoderModel"];
+        assert_eq!(effective[1]["reason"], "cooling", "{effective:#}");
+
+        let alone = Upstream::start({
+            let wall = wall.clone();
+            move |_, _| Reply::sse().chunk(wall.clone()).end()
+        })
+        .await;
+        let base = format!(
+            "[[shims.qoder.model_routes]]\nname = \"alone\"\nurl = \"{}\"\n",
+            alone.url()
+        );
+        let (gate, _proxy) = gate_on(&base, behind_proxy).await;
+        let resp = cli_send(&gate.qoder, "cli-2", "two").await;
+        assert_eq!(resp.status, StatusCode::OK, "{}", resp.text());
+        assert_eq!(resp.text(), wall, "the model server's own bytes");
+        assert_eq!(alone.hits(), 1, "a quota wall is not retried");
+    }
 }
 
 /// What the CLI reads of `reply` straight from the model server, and

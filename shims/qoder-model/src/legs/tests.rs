@@ -226,6 +226,8 @@ fn exceed_quota_and_no_content_is_a_quota_failure() {
     for input in [
         data(&["[EXCEED_QUOTA]", "[DONE]"]),
         data(&["[EXCEED_QUOTA]", STOP]),
+        // The body ends right after it (no `[DONE]`).
+        data(&["[EXCEED_QUOTA]{\"message\":\"quota exceeded\"}"]),
         data(&[ROLE, "[EXCEED_QUOTA]", STOP, USAGE, "[DONE]"]),
     ] {
         let mut leg = ModelReturnLeg::default();
