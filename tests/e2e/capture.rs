@@ -1154,3 +1154,160 @@ async fn a_websocket_on_a_decrypted_host_passes_through() {
     assert_eq!(row(&gate.status().await, "api2.qoder.sh")["forwarded"], 1);
     gate.stop(std::time::Duration::from_secs(5)).await;
 }
+
+/// `shimgate launch --proxy` (the binary Cargo built, a program of this
+/// host) runs `program args…` with the variables of `shimgate env proxy`
+/// and the user's own roots in `SSL_CERT_FILE` (the world's root, standing
+/// in for the system's): exit code, stdout, stderr.
+async fn launched(
+    config: &Path,
+    user_roots: &Path,
+    program: &Path,
+    args: &[&str],
+) -> (Option<i32>, String, String) {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_shimgate"));
+    cmd.args(["launch", "--proxy", "--config"])
+        .arg(config)
+        .arg("--")
+        .arg(program)
+        .args(args)
+        .env("SSL_CERT_FILE", user_roots)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    for v in [
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+        "NO_PROXY",
+        "no_proxy",
+        "NODE_EXTRA_CA_CERTS",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "SSL_CERT_DIR",
+    ] {
+        cmd.env_remove(v);
+    }
+    let out = cmd.output().await.unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `shimgate launch --proxy -- CLIENT` with no proxy or CA option of the
+/// client's own: curl, httpx and requests (which read `SSL_CERT_FILE` or
+/// `REQUESTS_CA_BUNDLE`) get a TRAE SOLO answer through the capture
+/// listener (trusting shimgate's leaf), and a tunnelled host's own
+/// certificate verifies too: the bundle keeps the roots they trusted
+/// before.
+#[tokio::test]
+async fn launch_proxy_runs_clients_through_the_capture_listener_with_their_roots_kept() {
+    let s = Stack0::start().await;
+    let port = external::free_port();
+    let toml = s.toml("").replace(
+        "[capture]\nlisten = \"127.0.0.1:0\"",
+        &format!("[capture]\nlisten = \"127.0.0.1:{port}\""),
+    );
+    let file = s.dir.join("launch.toml");
+    std::fs::write(
+        &file,
+        format!("[shims.qoder]\nlisten = \"127.0.0.1:0\"\n[shims.trae]\nlisten = \"127.0.0.1:0\"\n{toml}"),
+    )
+    .unwrap();
+    let gate = tokio::task::spawn_blocking({
+        let file = file.clone();
+        move || Served::start(&file, &[], &[])
+    })
+    .await
+    .unwrap();
+    assert_eq!(gate.capture, format!("http://127.0.0.1:{port}"));
+    let (body, headers) = solo("say hi");
+    let body_file = s.dir.join("solo.body");
+    std::fs::write(&body_file, &body).unwrap();
+    let solo_url = format!("https://trae-api-cn.mchost.guru{}", trae::PATH);
+    let tunnelled = "https://openapi.qoder.sh/api/v1/userinfo";
+    let mut ran = Vec::new();
+    if let Some(curl) = external::program("curl", "apt-get install curl") {
+        let mut args = vec!["-sS", "-o", "-", "-w", "\n%{http_code}", "-X", "POST"];
+        let hs: Vec<String> = headers.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        for h in &hs {
+            args.extend(["-H", h.as_str()]);
+        }
+        let at = format!("@{}", body_file.display());
+        args.extend(["--data-binary", &at, &solo_url]);
+        let (code, out, err) = launched(&file, &s.world_root, &curl, &args).await;
+        assert_eq!(code, Some(0), "curl: {err}");
+        let (answer, status) = out.rsplit_once('\n').unwrap();
+        assert_eq!(
+            (status, said("trae", answer.as_bytes()).as_str()),
+            ("200", TRAE_TEXT),
+            "{err}"
+        );
+        let (code, out, err) = launched(
+            &file,
+            &s.world_root,
+            &curl,
+            &["-sS", "-w", "\n%{http_code}", tunnelled],
+        )
+        .await;
+        // Any answer: the host's own certificate verified.
+        assert_eq!(code, Some(0), "curl, tunnelled: {out}{err}");
+        ran.push("curl");
+    }
+    if let Some(python) = external::python_with("httpx, requests") {
+        let script = capture::support("capture_client.py");
+        let headers_json =
+            serde_json::Value::Object(headers.iter().map(|(k, v)| (k.clone(), json!(v))).collect())
+                .to_string();
+        for lib in ["httpx", "requests"] {
+            let args = [
+                script.to_str().unwrap(),
+                lib,
+                &solo_url,
+                "POST",
+                &headers_json,
+                body_file.to_str().unwrap(),
+            ];
+            let (code, out, err) = launched(&file, &s.world_root, &python, &args).await;
+            assert_eq!(code, Some(0), "{lib}: {out}{err}");
+            let got: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+            assert_eq!(got["status"], 200, "{lib}: {got}");
+            let answer = base64::Engine::decode(
+                &base64::engine::general_purpose::STANDARD,
+                got["body"].as_str().unwrap(),
+            )
+            .unwrap();
+            assert_eq!(said("trae", &answer), TRAE_TEXT, "{lib}");
+            let args = [script.to_str().unwrap(), lib, tunnelled, "GET", "{}"];
+            let (code, out, err) = launched(&file, &s.world_root, &python, &args).await;
+            assert_eq!(code, Some(0), "{lib}, tunnelled: {out}{err}");
+            ran.push(lib);
+        }
+    }
+    let st = status_of(&gate).await;
+    assert_eq!(
+        st["capture"]["handed"]["trae"],
+        ran.len(),
+        "{:#}",
+        st["capture"]
+    );
+    assert_eq!(row(&st, "openapi.qoder.sh")["mode"], "tunnel");
+    assert_eq!(st["capture"]["clientRefusals"], 0, "{:#}", st["capture"]);
+    // The bundle: the user's roots, then shimgate's.
+    let bundle = std::fs::read_to_string(s.state.join("ca-bundle.pem")).unwrap();
+    let (theirs, mine) = (
+        std::fs::read_to_string(&s.world_root).unwrap(),
+        std::fs::read_to_string(&s.root).unwrap(),
+    );
+    assert_eq!(bundle, format!("{}\n{}", theirs.trim_end(), mine));
+    eprintln!(
+        "FIGURES launch --proxy: {} through the capture listener, roots kept",
+        ran.join(", ")
+    );
+    gate.stop();
+}

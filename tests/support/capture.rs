@@ -138,7 +138,7 @@ pub struct Got {
     pub body: Vec<u8>,
 }
 
-fn support(file: &str) -> PathBuf {
+pub fn support(file: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/support")
         .join(file)
