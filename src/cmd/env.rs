@@ -159,6 +159,8 @@ pub fn prepare(
             var("no_proxy", &no_proxy),
         ],
         Target::Proxy => {
+            // HTTP_PROXY too: a client's plain-http calls (qoder's
+            // HTTP-DNS) take the same way, forwarded unchanged.
             let url = format!("http://{listener}");
             let mut vars = vec![
                 var("HTTPS_PROXY", &url),
