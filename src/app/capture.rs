@@ -384,7 +384,7 @@ mod tests {
         assert!(!h.refused("closed", now, 3));
         assert!(h.refused("alert unknown_ca", now, 3), "the third in a row");
         assert!(!h.refused("closed", now, 3), "tripped once");
-        assert_eq!(h.client_refusals, 5);
+        assert_eq!(h.client_refusals, 6, "every refusal counts");
         assert!(h
             .tunnelling
             .as_ref()

@@ -1,8 +1,10 @@
 //! `[capture]`: the loopback HTTP proxy for clients that only follow a
 //! proxy (`docs/capture.md`). Off unless `listen` is set; loopback only.
 //! It decrypts the hosts of `intercept` (each one exactly, never its
-//! subdomains), so each must be a name the local CA may sign for (inside
-//! `[ca] names`); every other host is a byte tunnel.
+//! subdomains), so each one written must be a name the local CA may sign
+//! for (inside `[ca] names`); the defaults are kept where they lie inside
+//! it (a user who narrowed `[ca] names` did not write them); every other
+//! host is a byte tunnel.
 
 use std::net::SocketAddr;
 
@@ -82,6 +84,7 @@ pub fn check(raw: RawCapture, ca_names: &[String]) -> Result<CaptureConfig, Conf
         }
         c.listen = Some(addr);
     }
+    let written = raw.intercept.is_some();
     if let Some(hosts) = raw.intercept {
         c.intercept = Vec::with_capacity(hosts.len());
         for (i, host) in hosts.iter().enumerate() {
@@ -93,8 +96,12 @@ pub fn check(raw: RawCapture, ca_names: &[String]) -> Result<CaptureConfig, Conf
             }
         }
     }
+    let inside = |host: &str| ca_names.iter().any(|base| super::ca::dns_in(host, base));
+    if !written {
+        c.intercept.retain(|h| inside(h));
+    }
     for (i, host) in c.intercept.iter().enumerate() {
-        if !ca_names.iter().any(|base| super::ca::dns_in(host, base)) {
+        if !inside(host) {
             return Err(ConfigError::at(
                 format!("capture.intercept[{i}]"),
                 format!(
@@ -172,8 +179,13 @@ mod tests {
         assert!(e.message.contains("not inside [ca] names"), "{e}");
         let e = check(raw(None, Some(&["*.qoder.sh"])), &names()).unwrap_err();
         assert_eq!(e.path, "capture.intercept[0]");
-        let e = check(RawCapture::default(), &[]).unwrap_err();
-        assert_eq!(e.path, "capture.intercept[0]", "{e}");
+        // The defaults are kept where the CA may sign for them.
+        assert!(check(RawCapture::default(), &[])
+            .unwrap()
+            .intercept
+            .is_empty());
+        let qoder = check(RawCapture::default(), &["qoder.sh".to_owned()]).unwrap();
+        assert_eq!(qoder.intercept, ["api2.qoder.sh", "api2-v2.qoder.sh"]);
         let c = check(
             raw(None, Some(&["API2.qoder.sh", "api2.qoder.sh"])),
             &names(),
