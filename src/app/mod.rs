@@ -10,6 +10,7 @@ pub mod ledger;
 pub mod rid;
 pub mod route_store;
 pub mod secret_file;
+pub mod state_file;
 pub mod stats;
 pub mod upstream;
 

@@ -19,14 +19,13 @@
 //! and once more at shutdown. `ttl_ms = 0`: no file is read or written.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
+use serde_json::{json, Map, Value};
 
+use crate::app::state_file::{self, FileReport};
 use crate::chain::state::{ChainState, RoutesFile};
-use crate::clock::iso8601;
 use crate::clock::Now;
 use crate::config::Config;
 use crate::os;
@@ -41,12 +40,7 @@ pub const ROUTES_FILE: &str = "routes.json";
 /// The path, not the content, names it: editing the config (or a reload)
 /// keeps its state; moving the file starts afresh.
 pub fn file_name(config: Option<&Path>) -> String {
-    let Some(path) = config else {
-        return ROUTES_FILE.to_owned();
-    };
-    let digest = Sha256::digest(path.as_os_str().as_encoded_bytes());
-    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    format!("routes-{hex}.json")
+    state_file::name_for("routes", config)
 }
 /// The writer saves at most this often.
 pub const DEBOUNCE: Duration = Duration::from_secs(1);
@@ -54,17 +48,6 @@ pub const DEBOUNCE: Duration = Duration::from_secs(1);
 /// what the same call records (its attempt after its cooldown) is in the
 /// same save.
 const SETTLE: Duration = Duration::from_millis(20);
-
-/// What `/status` tells of the file.
-#[derive(Debug, Default, Clone)]
-struct Report {
-    /// What happened at start: `loaded`, `absent`, `expired`, `unreadable`.
-    start: &'static str,
-    problem: Option<String>,
-    saved_at: Option<SystemTime>,
-    writes: u64,
-    last_write_error: Option<String>,
-}
 
 /// Where the route state lives and how it went.
 #[derive(Debug)]
@@ -74,7 +57,7 @@ pub struct RouteStore {
     /// The config file it belongs to (`None`: built-in defaults).
     config: Option<PathBuf>,
     ttl: Duration,
-    report: Mutex<Report>,
+    report: FileReport,
 }
 
 impl RouteStore {
@@ -83,26 +66,22 @@ impl RouteStore {
         let ttl = config.state_ttl;
         let name = file_name(config.source.as_deref());
         let path = (!ttl.is_zero()).then(|| config.state_dir.join(name));
-        let mut report = Report {
-            start: "off",
-            ..Report::default()
-        };
+        let report = FileReport::new("the route state file");
         if let Some(path) = &path {
             match read(path, ttl, now.wall) {
-                Ok(Loaded::Absent) => report.start = "absent",
+                Ok(Loaded::Absent) => report.started("absent", None, None),
                 Ok(Loaded::Expired(age)) => {
-                    report.start = "expired";
+                    report.started("expired", None, None);
                     tracing::info!(path = %path.display(), age_ms = age.as_millis() as u64, "route state file older than [state] ttl_ms: ignored");
                 }
                 Ok(Loaded::Fresh(file)) => {
                     chain.restore(&file, now);
-                    report.start = "loaded";
-                    report.saved_at = Some(UNIX_EPOCH + Duration::from_millis(file.saved_at_ms));
+                    let saved = UNIX_EPOCH + Duration::from_millis(file.saved_at_ms);
+                    report.started("loaded", None, Some(saved));
                 }
                 Err(problem) => {
                     tracing::warn!(path = %path.display(), "cannot use the route state file ({problem}); starting without it");
-                    report.start = "unreadable";
-                    report.problem = Some(problem);
+                    report.started("unreadable", Some(problem), None);
                 }
             }
         }
@@ -110,7 +89,7 @@ impl RouteStore {
             path,
             config: config.source.clone(),
             ttl,
-            report: Mutex::new(report),
+            report,
         }
     }
 
@@ -120,30 +99,24 @@ impl RouteStore {
             path: None,
             config: None,
             ttl: Duration::ZERO,
-            report: Mutex::new(Report {
-                start: "off",
-                ..Report::default()
-            }),
+            report: FileReport::new("the route state file"),
         }
-    }
-
-    fn report(&self) -> std::sync::MutexGuard<'_, Report> {
-        self.report.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The `/status` `chain.stateFile` section.
     pub fn status(&self) -> Value {
-        let r = self.report().clone();
-        json!({
-            "path": self.path.as_ref().map(|p| p.display().to_string()),
-            "config": self.config.as_ref().map(|p| p.display().to_string()),
-            "ttlMs": self.ttl.as_millis() as u64,
-            "atStart": r.start,
-            "problem": r.problem,
-            "savedAt": r.saved_at.map(iso8601),
-            "writes": r.writes,
-            "lastWriteError": r.last_write_error,
-        })
+        let mut m = Map::new();
+        m.insert(
+            "path".into(),
+            json!(self.path.as_ref().map(|p| p.display().to_string())),
+        );
+        m.insert(
+            "config".into(),
+            json!(self.config.as_ref().map(|p| p.display().to_string())),
+        );
+        m.insert("ttlMs".into(), json!(self.ttl.as_millis() as u64));
+        m.extend(self.report.fields());
+        Value::Object(m)
     }
 
     /// Writes the chain's state now (a no-op without a file).
@@ -154,30 +127,13 @@ impl RouteStore {
         let now = Now::system();
         let bytes = match serde_json::to_vec_pretty(&chain.snapshot(now)) {
             Ok(b) => b,
-            Err(e) => return self.wrote(Err(e.to_string()), now.wall),
+            Err(e) => return self.report.wrote(Err(e.to_string()), now.wall),
         };
         let written = tokio::task::spawn_blocking(move || os::write_owner_only(&path, &bytes))
             .await
             .map_err(|e| e.to_string())
             .and_then(|r| r.map_err(|e| e.to_string()));
-        self.wrote(written, now.wall);
-    }
-
-    fn wrote(&self, result: Result<(), String>, at: SystemTime) {
-        let mut r = self.report();
-        match result {
-            Ok(()) => {
-                r.writes += 1;
-                r.saved_at = Some(at);
-                r.last_write_error = None;
-            }
-            Err(e) => {
-                if r.last_write_error.as_deref() != Some(e.as_str()) {
-                    tracing::warn!(error = %e, "cannot write the route state file");
-                }
-                r.last_write_error = Some(e);
-            }
-        }
+        self.report.wrote(written, now.wall);
     }
 
     /// Saves whenever the chain's state changed, at most once per

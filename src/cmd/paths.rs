@@ -63,5 +63,13 @@ pub fn run(config: Option<&Path>) -> ExitCode {
             "the learned route state of this config",
         );
     }
+    if config.savings.file {
+        let name = crate::app::ledger::store::file_name(config.source.as_deref());
+        line(
+            "savings",
+            &state.join(name),
+            "the token savings ledger of this config",
+        );
+    }
     ExitCode::SUCCESS
 }

@@ -41,6 +41,7 @@ use windows as sys;
 
 pub use sys::{
     delete_run_value, run_value, set_run_value, DEFAULT_SHELL, LOGIN_ENTRY, PROGRAM_SEARCH,
+    TRUST_STORE,
 };
 
 /// What a stop or reload event asks of the process.
@@ -244,6 +245,18 @@ pub enum LoginEntry {
     LaunchAgent,
     /// A value under `HKCU\…\Run` (Windows).
     RunKey,
+}
+
+/// The per-user store of trusted roots `shimgate ca trust` adds to on
+/// this OS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrustStore {
+    /// The user's NSS database (`~/.pki/nssdb`: Chromium, Electron apps).
+    Nss,
+    /// The login keychain (macOS).
+    Keychain,
+    /// The current user's Root store (Windows).
+    UserRoot,
 }
 
 /// A shell whose syntax `shimgate env` writes its variables in.

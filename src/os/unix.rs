@@ -7,7 +7,7 @@ use std::path::Path;
 use rustix::net::RecvFlags;
 use tokio::signal::unix::{signal, SignalKind};
 
-use super::{Event, LoginEntry, Shell, Source};
+use super::{Event, LoginEntry, Shell, Source, TrustStore};
 
 /// TERM (what `kill`, systemd and launchd send) and INT (Ctrl-C) stop; HUP
 /// reloads `serve` (and ends a process with nothing to reload, as the
@@ -61,6 +61,14 @@ pub const LOGIN_ENTRY: LoginEntry = if cfg!(target_os = "macos") {
     LoginEntry::LaunchAgent
 } else {
     LoginEntry::SystemdUser
+};
+
+/// macOS keeps trusted roots in the login keychain; the other Unixes'
+/// browsers and desktop apps read the user's NSS database.
+pub const TRUST_STORE: TrustStore = if cfg!(target_os = "macos") {
+    TrustStore::Keychain
+} else {
+    TrustStore::Nss
 };
 
 /// How a program named without a folder is found, for messages.

@@ -22,7 +22,7 @@ use tokio::signal::windows as w;
 use winreg::enums::{HKEY_CURRENT_USER, KEY_READ, KEY_SET_VALUE};
 use winreg::RegKey;
 
-use super::{Event, LoginEntry, Shell, Source};
+use super::{Event, LoginEntry, Shell, Source, TrustStore};
 
 /// Every console event stops: Ctrl-C, Ctrl-Break, the console closed,
 /// logoff, shutdown.
@@ -101,6 +101,9 @@ pub(super) const PEEK_NOW: RecvFlags = RecvFlags::PEEK;
 
 /// A value under `HKCU\…\Run`.
 pub const LOGIN_ENTRY: LoginEntry = LoginEntry::RunKey;
+
+/// The current user's root store (`Cert:\CurrentUser\Root`).
+pub const TRUST_STORE: TrustStore = TrustStore::UserRoot;
 
 /// How a program named without a folder is found, for messages (npm's
 /// shims are `.cmd` files).

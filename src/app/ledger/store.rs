@@ -13,16 +13,15 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::SystemTime;
 
 use chrono::NaiveDate;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
+use serde_json::{json, Map, Value};
 
 use super::book::{Book, ConversationFigures, Figures, Older, Ratio};
-use crate::clock::{epoch_ms, iso8601};
+use crate::app::state_file::{self, FileReport};
+use crate::clock::epoch_ms;
 
 /// The file's version: a file of another is not read (moved aside).
 pub const VERSION: u32 = 1;
@@ -30,12 +29,7 @@ pub const VERSION: u32 = 1;
 /// The file's name for the config loaded from `config` (`None`: built-in
 /// defaults).
 pub fn file_name(config: Option<&Path>) -> String {
-    let Some(path) = config else {
-        return "savings.json".to_owned();
-    };
-    let digest = Sha256::digest(path.as_os_str().as_encoded_bytes());
-    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    format!("savings-{hex}.json")
+    state_file::name_for("savings", config)
 }
 
 /// The file as written.
@@ -111,62 +105,40 @@ pub fn from_bytes(bytes: &[u8]) -> Result<Book, String> {
     Ok(book)
 }
 
-/// What `/status` tells of the file.
-#[derive(Debug, Default, Clone)]
-struct Report {
-    /// `loaded`, `absent`, `unreadable` or `off`.
-    start: &'static str,
-    problem: Option<String>,
-    saved_at: Option<SystemTime>,
-    writes: u64,
-    last_write_error: Option<String>,
-}
-
 /// Where the book is kept and how that went.
 #[derive(Debug)]
 pub struct Store {
     /// `None`: `[savings] file = false`.
     path: Option<PathBuf>,
-    report: Mutex<Report>,
+    report: FileReport,
 }
 
 impl Store {
     /// Opens the file at `path` (none: off) and reads the book it holds.
     pub fn open(path: Option<PathBuf>) -> (Store, Book) {
-        let mut report = Report {
-            start: "off",
-            ..Report::default()
-        };
+        let report = FileReport::new("the savings file");
         let mut book = Book::default();
         if let Some(path) = &path {
             match std::fs::read(path) {
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => report.start = "absent",
-                Err(e) => unreadable(path, e.to_string(), &mut report),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    report.started("absent", None, None)
+                }
+                Err(e) => unreadable(path, e.to_string(), &report),
                 Ok(bytes) => match from_bytes(&bytes) {
                     Ok(b) => {
                         book = b;
-                        report.start = "loaded";
+                        report.started("loaded", None, None);
                     }
-                    Err(why) => unreadable(path, why, &mut report),
+                    Err(why) => unreadable(path, why, &report),
                 },
             }
         }
-        (
-            Store {
-                path,
-                report: Mutex::new(report),
-            },
-            book,
-        )
+        (Store { path, report }, book)
     }
 
     /// Whether there is a file to write.
     pub fn is_on(&self) -> bool {
         self.path.is_some()
-    }
-
-    fn report(&self) -> std::sync::MutexGuard<'_, Report> {
-        self.report.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Writes `bytes` (off the runtime's threads).
@@ -183,39 +155,24 @@ impl Store {
             }
             Err(e) => Err(e),
         };
-        let mut r = self.report();
-        match written {
-            Ok(()) => {
-                r.writes += 1;
-                r.saved_at = Some(at);
-                r.last_write_error = None;
-            }
-            Err(e) => {
-                if r.last_write_error.as_deref() != Some(e.as_str()) {
-                    tracing::warn!(error = %e, "cannot write the savings file");
-                }
-                r.last_write_error = Some(e);
-            }
-        }
+        self.report.wrote(written, at);
     }
 
     /// The `/status` `savings.file` section.
     pub fn status(&self) -> Value {
-        let r = self.report().clone();
-        json!({
-            "path": self.path.as_ref().map(|p| p.display().to_string()),
-            "atStart": r.start,
-            "problem": r.problem,
-            "savedAt": r.saved_at.map(iso8601),
-            "writes": r.writes,
-            "lastWriteError": r.last_write_error,
-        })
+        let mut m = Map::new();
+        m.insert(
+            "path".into(),
+            json!(self.path.as_ref().map(|p| p.display().to_string())),
+        );
+        m.extend(self.report.fields());
+        Value::Object(m)
     }
 }
 
 /// A file that cannot be used: said once, and moved aside so the next
 /// save does not replace it unseen.
-fn unreadable(path: &Path, why: String, report: &mut Report) {
+fn unreadable(path: &Path, why: String, report: &FileReport) {
     let aside = path.with_extension("json.unreadable");
     let kept = match std::fs::rename(path, &aside) {
         Ok(()) => format!("; kept as {}", aside.display()),
@@ -223,8 +180,7 @@ fn unreadable(path: &Path, why: String, report: &mut Report) {
     };
     let problem = format!("{why}{kept}");
     tracing::warn!(path = %path.display(), "cannot use the savings file ({problem}); starting an empty one");
-    report.start = "unreadable";
-    report.problem = Some(problem);
+    report.started("unreadable", Some(problem), None);
 }
 
 #[cfg(test)]

@@ -116,19 +116,11 @@ pub trait Store {
 /// This OS's per-user store, rooted at the user's home folder.
 pub fn for_this_os() -> Result<Box<dyn Store>, String> {
     let home = dirs::home_dir().ok_or("no home folder known for this user")?;
-    #[cfg(windows)]
-    {
-        let _ = home;
-        Ok(Box::new(windows::UserRoot::default()))
-    }
-    #[cfg(target_os = "macos")]
-    {
-        Ok(Box::new(keychain::Keychain::in_home(&home)))
-    }
-    #[cfg(not(any(windows, target_os = "macos")))]
-    {
-        Ok(Box::new(nss::Nss::in_home(&home)))
-    }
+    Ok(match crate::os::TRUST_STORE {
+        crate::os::TrustStore::UserRoot => Box::new(windows::UserRoot::default()),
+        crate::os::TrustStore::Keychain => Box::new(keychain::Keychain::in_home(&home)),
+        crate::os::TrustStore::Nss => Box::new(nss::Nss::in_home(&home)),
+    })
 }
 
 /// The label a root is added under: recognisable, and unique per root.
