@@ -21,15 +21,19 @@
 //!    counters, the route state file, the savings ledger.
 //! 9. `host` — the runtime side of each shim: ingress, return leg, codecs.
 //! 10. `admin` — `/status`, `/metrics`, reload, the panel and its writes.
-//! 11. `server` — listeners and dispatch.
-//! 12. `autostart` — the per-user login entry of each OS.
-//! 13. `compressor` — the reference compressor.
-//! 14. `cmd` — the subcommands and the command line.
-//! 15. `demo` — the embedded demo (its own stack of the above).
+//! 11. `capture` — the loopback HTTP proxy for clients that only follow
+//!     one: decrypts the listed hosts, hands their inference calls to the
+//!     shims, tunnels everything else.
+//! 12. `server` — listeners and dispatch.
+//! 13. `autostart` — the per-user login entry of each OS.
+//! 14. `compressor` — the reference compressor.
+//! 15. `cmd` — the subcommands and the command line.
+//! 16. `demo` — the embedded demo (its own stack of the above).
 
 pub mod admin;
 pub mod app;
 pub mod autostart;
+pub mod capture;
 pub mod chain;
 pub mod clock;
 pub mod cmd;

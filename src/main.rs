@@ -22,8 +22,13 @@ fn main() -> ExitCode {
             shell,
             config,
         } => shimgate::cmd::env::run(target, shell, config.as_deref()),
-        Command::Launch { config, command } => {
-            shimgate::cmd::launch::run(Target::Qoder, config.as_deref(), &command)
+        Command::Launch {
+            proxy,
+            config,
+            command,
+        } => {
+            let target = if proxy { Target::Proxy } else { Target::Qoder };
+            shimgate::cmd::launch::run(target, config.as_deref(), &command)
         }
         Command::Frames { include_incomplete } => {
             shimgate::cmd::frames::run_stdio(include_incomplete)

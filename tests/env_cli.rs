@@ -6,7 +6,9 @@
 //! changes), passes its exit code on, says when the command is not found,
 //! warns when no shimgate answers (and not when one does), and, on Unix,
 //! the child gets Ctrl-C itself. The child is Node, which every machine
-//! that runs the Qoder CLI has.
+//! that runs the Qoder CLI has. `env proxy` and `launch --proxy` (the
+//! capture listener): the proxy variables, the roots bundle that keeps the
+//! user's roots, and a clear refusal when `[capture] listen` is not set.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::{BufRead, BufReader};
@@ -56,7 +58,18 @@ impl Home {
             .env("XDG_CONFIG_HOME", self.path().join(".config"))
             .env("XDG_STATE_HOME", self.path().join("state"))
             .env_remove("RUST_LOG");
-        for k in ["NO_PROXY", "no_proxy", "NODE_EXTRA_CA_CERTS"] {
+        for k in [
+            "NO_PROXY",
+            "no_proxy",
+            "NODE_EXTRA_CA_CERTS",
+            "SSL_CERT_FILE",
+            "SSL_CERT_DIR",
+            "REQUESTS_CA_BUNDLE",
+            "HTTPS_PROXY",
+            "https_proxy",
+            "HTTP_PROXY",
+            "http_proxy",
+        ] {
             cmd.env_remove(k);
         }
         for (k, v) in vars {
@@ -374,4 +387,223 @@ fn ctrl_c_reaches_the_child() {
     kill_process(pid, Signal::INT).unwrap();
     assert_eq!(lines.next().unwrap().unwrap(), "got SIGINT");
     assert_eq!(child.wait().unwrap().code(), Some(3));
+}
+
+/// A home whose config has the capture listener at `listen`.
+fn proxy_home(listen: &str) -> Home {
+    let home = Home::new("127.0.0.1:47123");
+    std::fs::write(
+        home.config(),
+        format!(
+            "[shims.qoder]\nlisten = \"127.0.0.1:0\"\n[shims.trae]\nlisten = \"127.0.0.1:0\"\n[capture]\nlisten = \"{listen}\"\n"
+        ),
+    )
+    .unwrap();
+    home
+}
+
+/// The lines `env proxy` prints for `shell`.
+fn expected_proxy(shell: &str, port: u16, root: &Path, bundle: Option<&Path>) -> String {
+    let url = format!("http://127.0.0.1:{port}");
+    let np = "127.0.0.1,localhost,::1";
+    let mut vars: Vec<(&str, String)> = vec![
+        ("HTTPS_PROXY", url.clone()),
+        ("https_proxy", url.clone()),
+        ("HTTP_PROXY", url.clone()),
+        ("http_proxy", url),
+        ("NO_PROXY", np.to_owned()),
+        ("no_proxy", np.to_owned()),
+        ("NODE_EXTRA_CA_CERTS", root.display().to_string()),
+    ];
+    if let Some(b) = bundle {
+        vars.push(("SSL_CERT_FILE", b.display().to_string()));
+        vars.push(("REQUESTS_CA_BUNDLE", b.display().to_string()));
+    }
+    vars.iter()
+        .map(|(k, v)| match shell {
+            "sh" => format!("export {k}='{v}'\n"),
+            "powershell" => format!("$env:{k} = '{v}'\n"),
+            _ => format!("set \"{k}={v}\"\n"),
+        })
+        .collect()
+}
+
+#[test]
+fn env_proxy_prints_the_capture_listener_and_a_bundle_that_keeps_the_user_s_roots() {
+    let home = proxy_home("127.0.0.1:47000");
+    let corp = home.path().join("corp.pem");
+    let corp_pem = "-----BEGIN CERTIFICATE-----\nQ09SUA==\n-----END CERTIFICATE-----\n";
+    std::fs::write(&corp, corp_pem).unwrap();
+    let config = home.config();
+    let bundle = home.path().join("state/shimgate/ca-bundle.pem");
+    for shell in ["sh", "powershell", "cmd"] {
+        let out = home.run(
+            &[
+                "env",
+                "proxy",
+                "--shell",
+                shell,
+                "--config",
+                config.to_str().unwrap(),
+            ],
+            &[("SSL_CERT_FILE", corp.to_str().unwrap())],
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(
+            text(&out.stdout),
+            expected_proxy(shell, 47000, &home.root(), Some(&bundle)),
+            "{shell}"
+        );
+    }
+    let root = std::fs::read_to_string(home.root()).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&bundle).unwrap(),
+        format!("{corp_pem}{root}")
+    );
+}
+
+#[test]
+fn env_proxy_without_roots_of_the_user_s_joins_this_os_s_with_shimgate_s() {
+    let home = proxy_home("127.0.0.1:47000");
+    let config = home.config();
+    let out = home.run(&["env", "proxy", "--config", config.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let bundle = home.path().join("state/shimgate/ca-bundle.pem");
+    let stdout = text(&out.stdout);
+    if stdout.contains("SSL_CERT_FILE") {
+        assert_eq!(
+            stdout,
+            expected_proxy("sh", 47000, &home.root(), Some(&bundle))
+        );
+        let joined = std::fs::read_to_string(&bundle).unwrap();
+        let root = std::fs::read_to_string(home.root()).unwrap();
+        assert!(joined.ends_with(&root));
+        let certs = joined.matches("-----BEGIN CERTIFICATE-----").count();
+        assert!(certs > 1, "this OS's roots and shimgate's: {certs}");
+        eprintln!("FIGURES env proxy: the bundle holds {certs} roots");
+    } else {
+        // A machine with no roots in its store: nothing that would break
+        // the tunnelled hosts, and why.
+        assert_eq!(stdout, expected_proxy("sh", 47000, &home.root(), None));
+        assert!(
+            text(&out.stderr).contains("found no roots"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn env_proxy_says_how_to_turn_the_capture_listener_on() {
+    for (toml, says) in [
+        (
+            "",
+            "shimgate env: the capture listener is not configured ([capture] listen is not set in ",
+        ),
+        (
+            "[capture]\nlisten = \"127.0.0.1:0\"\n",
+            "shimgate env: the capture listener's port is 0 (a free one picked at each start): a client needs a fixed port; set [capture] listen = \"127.0.0.1:47000\" in ",
+        ),
+    ] {
+        let home = Home::new("127.0.0.1:47123");
+        std::fs::write(home.config(), toml).unwrap();
+        let config = home.config();
+        let out = home.run(&["env", "proxy", "--config", config.to_str().unwrap()], &[]);
+        assert_eq!(out.status.code(), Some(1), "{toml}");
+        assert!(out.stdout.is_empty(), "nothing to eval: {toml}");
+        assert!(text(&out.stderr).starts_with(says), "{}", text(&out.stderr));
+        assert!(!home.root().exists(), "no CA made for a refusal");
+        let out = home.run(
+            &["launch", "--proxy", "--config", config.to_str().unwrap(), "--", "node", "-e", "0"],
+            &[],
+        );
+        assert_eq!(out.status.code(), Some(1), "{toml}");
+        assert!(
+            text(&out.stderr).starts_with(&says.replace("shimgate env:", "shimgate launch:")),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn launch_proxy_gives_the_child_the_proxy_variables() {
+    let Some(node) = node() else { return };
+    let port = free_port();
+    let home = proxy_home(&format!("127.0.0.1:{port}"));
+    let config = home.config();
+    let script = "const e = process.env; console.log(JSON.stringify({hp: e.HTTPS_PROXY, hp2: e.https_proxy, p: e.HTTP_PROXY, np: e.NO_PROXY, ca: e.NODE_EXTRA_CA_CERTS, ssl: e.SSL_CERT_FILE === e.REQUESTS_CA_BUNDLE, t: e.QODER_MODEL_TRANSPORT || null})); process.exit(5)";
+    let out = home.run(
+        &[
+            "launch",
+            "--proxy",
+            "--config",
+            config.to_str().unwrap(),
+            "--",
+            node,
+            "-e",
+            script,
+        ],
+        &[("NO_PROXY", "intranet")],
+    );
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+    let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    assert_eq!(
+        seen,
+        serde_json::json!({
+            "hp": url, "hp2": url, "p": url,
+            "np": "intranet,127.0.0.1,localhost,::1",
+            "ca": home.root().to_str().unwrap(),
+            "ssl": true,
+            "t": null,
+        })
+    );
+    assert_eq!(
+        text(&out.stderr).lines().last().unwrap_or_default(),
+        format!("shimgate launch: warning: no shimgate answers on 127.0.0.1:{port} (its capture listener): start it with `shimgate serve`; running node anyway")
+    );
+}
+
+#[test]
+fn launch_proxy_says_nothing_when_the_capture_listener_answers() {
+    let Some(node) = node() else { return };
+    let port = free_port();
+    let home = proxy_home(&format!("127.0.0.1:{port}"));
+    let config = home.config();
+    let config = config.to_str().unwrap();
+    let mut serve = home
+        .command(&["serve", "--config", config], &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(serve.stdout.take().unwrap()).lines();
+    while !lines
+        .next()
+        .unwrap()
+        .unwrap()
+        .starts_with("listening capture")
+    {}
+    let out = home.run(
+        &[
+            "launch",
+            "--proxy",
+            "--config",
+            config,
+            "--",
+            node,
+            "-e",
+            "process.exit(0)",
+        ],
+        &[],
+    );
+    let _ = serve.kill();
+    let _ = serve.wait();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        !text(&out.stderr).contains("warning"),
+        "{}",
+        text(&out.stderr)
+    );
 }

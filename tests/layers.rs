@@ -22,6 +22,7 @@ const LAYERS: &[&str] = &[
     "app",
     "host",
     "admin",
+    "capture",
     "server",
     "autostart",
     "compressor",

@@ -55,6 +55,8 @@ struct Snapshot {
     refused: [(&'static str, u64); 3],
     /// TLS connections per handshake outcome (`ok` and each refusal).
     tls_handshakes: Vec<(&'static str, u64)>,
+    /// The capture listener's counters.
+    capture: crate::app::capture::CaptureMetrics,
     /// Per shim: a handle on the live histogram (read as it is encoded).
     first_byte: Vec<(&'static str, Histogram)>,
     overhead: Vec<(&'static str, Histogram)>,
@@ -101,6 +103,7 @@ impl Snapshot {
                 .iter()
                 .map(|o| (o.as_str(), app.tls.count(*o)))
                 .collect(),
+            capture: app.capture.metrics(&config.capture),
             first_byte: names
                 .iter()
                 .map(|s| (*s, latency.first_byte(s).clone()))
@@ -154,6 +157,7 @@ impl Collector for Snapshot {
         )?
         .encode_gauge(&self.streams_in_flight)?;
         self.encode_routes(&mut enc)?;
+        self.encode_capture(&mut enc)?;
         let labelled: [LabelledFamily<'_>; 4] = [
             (
                 "shimgate_retry_budget_exhausted",
@@ -279,6 +283,63 @@ const TOKEN_FAMILIES: [TokenCounter; 7] = [
 type RouteFamily = (&'static str, &'static str, fn(&RouteMetrics) -> u64);
 
 impl Snapshot {
+    /// The capture listener's families (all present, zeros when it is off).
+    fn encode_capture(&self, enc: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
+        let c = &self.capture;
+        enc.encode_descriptor(
+            "shimgate_capture_listening",
+            "1 when the capture listener is up.",
+            None,
+            MetricType::Gauge,
+        )?
+        .encode_gauge(&u32::from(c.listening))?;
+        let families: [LabelledFamily<'_>; 3] = [
+            (
+                "shimgate_capture_connections",
+                "CONNECTs to the capture listener, by how they were taken: intercepted (decrypted), tunnelled, loopback.",
+                "mode",
+                &c.connections,
+            ),
+            (
+                "shimgate_capture_requests",
+                "Requests through the capture listener, by kind: handed to a shim, forwarded unchanged, absolute-form, refused as not a proxy request.",
+                "kind",
+                &c.requests,
+            ),
+            (
+                "shimgate_capture_handed",
+                "Inference calls the capture listener handed to each shim.",
+                "shim",
+                &c.handed,
+            ),
+        ];
+        for (name, help, label, values) in families {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (value, n) in values {
+                m.encode_family(&[(label, *value)])?
+                    .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+            }
+        }
+        let mut m = enc.encode_descriptor(
+            "shimgate_capture_client_refusals",
+            "Handshakes a client refused on a host of the intercept list (it does not trust the local CA).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (host, n) in &c.refusals {
+            m.encode_family(&[("host", host.as_str())])?
+                .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+        }
+        enc.encode_descriptor(
+            "shimgate_capture_tunnelled_hosts",
+            "Listed hosts tunnelled instead of decrypted after their client's refusals (until a reload).",
+            None,
+            MetricType::Gauge,
+        )?
+        .encode_gauge(&c.tunnelling)?;
+        Ok(())
+    }
+
     fn encode_routes(&self, enc: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
         let mut m = enc.encode_descriptor(
             "shimgate_route_attempts",
@@ -406,6 +467,19 @@ mod tests {
                 ("UNAUTHORIZED", 0),
             ],
             tls_handshakes: vec![("ok", 7), ("client_refused", 1)],
+            capture: crate::app::capture::CaptureMetrics {
+                listening: true,
+                connections: [("intercepted", 2), ("tunnelled", 5), ("loopback", 0)],
+                requests: [
+                    ("handed", 2),
+                    ("forwarded", 3),
+                    ("absolute", 1),
+                    ("not_proxy_request", 0),
+                ],
+                handed: vec![("qoder", 1), ("trae", 1)],
+                refusals: vec![("api2.qoder.sh".into(), 3)],
+                tunnelling: 1,
+            },
             first_byte: vec![("qoder", h)],
             overhead: vec![],
             uptime_seconds: 1.5,
@@ -432,6 +506,12 @@ mod tests {
             "shimgate_upstream_first_byte_seconds_bucket{shim=\"qoder\",le=\"+Inf\"} 2",
             "shimgate_upstream_first_byte_seconds_count{shim=\"qoder\"} 2",
             "shimgate_uptime_seconds 1.5",
+            "shimgate_capture_listening 1",
+            "shimgate_capture_connections_total{mode=\"tunnelled\"} 5",
+            "shimgate_capture_requests_total{kind=\"forwarded\"} 3",
+            "shimgate_capture_handed_total{shim=\"trae\"} 1",
+            "shimgate_capture_client_refusals_total{host=\"api2.qoder.sh\"} 3",
+            "shimgate_capture_tunnelled_hosts 1",
             "# TYPE shimgate_tokens_saved_total counter",
             "shimgate_tokens_saved_total{shim=\"qoder\"} 700",
         ] {

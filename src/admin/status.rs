@@ -1,5 +1,5 @@
 //! The `/status` document: one JSON with both shims, the chain, the admin
-//! surface and TLS. Header values never appear, only names; no key ever.
+//! surface, TLS and the capture listener. Header values never appear, only names; no key ever.
 
 use serde_json::{json, Value};
 
@@ -26,6 +26,7 @@ pub fn document(app: &App, shims: &Shims) -> Value {
     doc.insert("savings".into(), app.ledger.status(&config));
     doc.insert("admin".into(), app.admin.status(&config));
     doc.insert("tls".into(), app.tls.status());
+    doc.insert("capture".into(), app.capture.status(&config.capture));
     Value::Object(doc)
 }
 

@@ -3,6 +3,7 @@
 //! proxy identity, and per-shim status.
 
 pub mod admin;
+pub mod capture;
 pub mod exchange;
 pub mod identity;
 pub mod ledger;
@@ -32,11 +33,36 @@ use rid::RidRegistry;
 use route_store::RouteStore;
 use stats::ShimStats;
 
+/// The environment's (or system's) proxy setting for `config`, a proxy at
+/// its capture listener ignored (said in the log and `/status`): a user
+/// who points `HTTPS_PROXY` or the OS's proxy at the capture listener for
+/// their clients must not send shimgate's own connections through it.
+fn own_environment(config: &Config, capture: &capture::CaptureBook) -> proxy::Environment {
+    let own = capture.addr().or(config.capture.listen);
+    let env = proxy::Environment::read().excluding(own);
+    if env.names_own() {
+        let source = env.source().as_str();
+        tracing::warn!(
+            setting = source,
+            capture = %own.map(|a| a.to_string()).unwrap_or_default(),
+            "the {source} proxy setting names shimgate's own capture listener: ignored for shimgate's own connections (they go direct, or through [upstream] proxy)"
+        );
+        capture.ignoring(Some(source));
+    } else {
+        capture.ignoring(None);
+    }
+    env
+}
+
 /// A config together with the client built for its timeouts; replaced whole
 /// on reload so a request sees one consistent snapshot.
 pub struct Live {
     pub config: Arc<Config>,
     pub client: HttpClient,
+    /// The environment's (or system's) proxy setting as read for this
+    /// config, a proxy at the capture listener ignored: what the capture
+    /// listener's onward connections resolve their proxy by.
+    pub env: Arc<proxy::Environment>,
 }
 
 /// Reload bookkeeping for `/status.config`.
@@ -69,12 +95,16 @@ pub struct App {
     /// TLS on every listener: the local CA, the leaves, the handshake
     /// counts (its state dir and `[ca] names` as at start).
     pub tls: Arc<crate::tls::Tls>,
+    /// What the capture listener did, host by host.
+    pub capture: capture::CaptureBook,
 }
 
 impl App {
     /// State for a validated config.
     pub fn new(mut config: Config) -> Arc<App> {
-        upstream::resolve_proxies(&mut config, &proxy::Environment::read());
+        let capture = capture::CaptureBook::default();
+        let env = Arc::new(own_environment(&config, &capture));
+        upstream::resolve_proxies(&mut config, &env);
         let client = upstream::client(&config);
         let identity = ProxyIdentity::load_or_create(&config.state_dir);
         let chain = Arc::new(ChainState::new());
@@ -87,7 +117,9 @@ impl App {
             live: RwLock::new(Arc::new(Live {
                 config: Arc::new(config),
                 client,
+                env,
             })),
+            capture,
             chain,
             hard_stop: CancellationToken::new(),
             started: Instant::now(),
@@ -134,12 +166,14 @@ impl App {
     pub fn replace_config(&self, mut config: Config) -> Arc<Config> {
         // The environment's proxy setting is read again: a change takes
         // effect with a reload.
-        upstream::resolve_proxies(&mut config, &proxy::Environment::read());
+        let env = Arc::new(own_environment(&config, &self.capture));
+        upstream::resolve_proxies(&mut config, &env);
         let client = upstream::client(&config);
         let config = Arc::new(config);
         *self.live.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Live {
             config: config.clone(),
             client,
+            env,
         });
         config
     }
@@ -163,6 +197,9 @@ impl App {
             Ok(new) => {
                 let new = self.replace_config(new);
                 self.admin.reread(&new);
+                // Hosts tunnelled after refusals are decrypted again (the
+                // user may have given the client the CA meanwhile).
+                self.capture.reset_tunnelling();
                 state.reloads += 1;
                 state.last_reload_error = None;
                 Ok(new)

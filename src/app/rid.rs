@@ -65,6 +65,10 @@ pub struct RidEntry {
     pub return_hits: AtomicU32,
     /// The agent's conversation id (empty: none known).
     pub conversation: String,
+    /// The config the call runs on when it is not the live one: a call
+    /// the capture listener handed over, with the route to the host its
+    /// client asked for (the return leg sends it there too).
+    pub config: Option<Arc<crate::config::Config>>,
     /// The route that answered the return leg's last call, and the first
     /// one it tried when that was another (the agent's answer head names
     /// them).
@@ -99,6 +103,7 @@ impl RidEntry {
             encoded,
             return_hits: AtomicU32::new(0),
             conversation: String::new(),
+            config: None,
             answered: Mutex::new(None),
             state: AtomicU8::new(OPEN),
         }

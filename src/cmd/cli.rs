@@ -64,7 +64,9 @@ pub enum Command {
     /// Print the variables that point a client at this shimgate, for a
     /// shell (nothing is changed: eval them, or set them where you choose).
     Env {
-        /// Which clients: `qoder` (the Qoder CLI and the Qoder IDE).
+        /// Which clients: `qoder` (the Qoder CLI and the Qoder IDE, on
+        /// qoder's model-server wire), `proxy` (any client that follows
+        /// HTTPS_PROXY, through the capture listener).
         #[arg(value_enum)]
         target: Target,
         /// The shell to write for (default: sh on Unix, powershell on Windows).
@@ -77,6 +79,10 @@ pub enum Command {
     /// Run a client with those variables set for it alone: `shimgate
     /// launch -- qodercli -p "say hi"`. Its exit code is launch's.
     Launch {
+        /// Through the capture listener (`shimgate env proxy`'s variables)
+        /// instead of the qoder listener.
+        #[arg(long)]
+        proxy: bool,
         /// Config file (default: as `serve` finds it).
         #[arg(short, long)]
         config: Option<PathBuf>,

@@ -7,6 +7,12 @@
 //! user's own extra roots when they already name some: Node reads one
 //! file), and `NO_PROXY`/`no_proxy` = the user's entries plus loopback, so
 //! a corporate `HTTPS_PROXY` does not carry the call to 127.0.0.1 away.
+//! For `proxy` (any client that follows a proxy, through the capture
+//! listener, `[capture] listen`): `HTTPS_PROXY`/`HTTP_PROXY` (both
+//! spellings) = the capture listener, `NO_PROXY` as above, the CA's root
+//! in `NODE_EXTRA_CA_CERTS`, and `SSL_CERT_FILE`/`REQUESTS_CA_BUNDLE` = a
+//! bundle of the roots the client trusted before plus shimgate's
+//! ([`cert_bundle`]: those variables replace a client's roots).
 //!
 //! The targets are one enum ([`Target`]): another way in is one more arm
 //! of it, and `env`, `launch` and the docs iterate the same list.
@@ -18,6 +24,7 @@ use std::process::ExitCode;
 
 use clap::ValueEnum;
 
+use crate::cmd::cert_bundle::{self, BundleError};
 use crate::cmd::serve::{resolve_config, EXIT_CONFIG};
 use crate::config::Config;
 use crate::os::{self, Shell};
@@ -29,15 +36,9 @@ pub enum Target {
     /// The Qoder CLI and the Qoder IDE: qoder's model-server wire, over
     /// TLS, at the qoder listener.
     Qoder,
-}
-
-impl Target {
-    /// The listener (a shim's name) its clients reach.
-    fn listener(self) -> &'static str {
-        match self {
-            Target::Qoder => "qoder",
-        }
-    }
+    /// Any client that follows `HTTPS_PROXY` (the Qoder CLI and IDE on
+    /// their legacy transport, scripts), through the capture listener.
+    Proxy,
 }
 
 /// The loopback names `NO_PROXY` gains, so no proxy carries a call to
@@ -89,6 +90,12 @@ pub enum EnvError {
     },
     #[error("the {shim} listener's port is 0 (a free one picked at each start): a client needs a fixed port; set [shims.{shim}] listen = \"127.0.0.1:47001\"{file}")]
     NoFixedPort { shim: &'static str, file: String },
+    #[error("the capture listener is not configured ([capture] listen is not set{file}): set [capture] listen = \"127.0.0.1:47000\" and restart shimgate")]
+    CaptureOff { file: String },
+    #[error("the capture listener's port is 0 (a free one picked at each start): a client needs a fixed port; set [capture] listen = \"127.0.0.1:47000\"{file}")]
+    CaptureNoFixedPort { file: String },
+    #[error("{0}")]
+    Bundle(#[from] BundleError),
     #[error("local CA: {0}")]
     Ca(#[from] tls::CaError),
     #[error("cannot write {path}: {error}")]
@@ -111,7 +118,10 @@ pub fn prepare(
     config: &Config,
     lookup: &dyn Fn(&str) -> Option<OsString>,
 ) -> Result<Prepared, EnvError> {
-    let listener = listener(config, target.listener())?;
+    let listener = match target {
+        Target::Qoder => listener(config, "qoder")?,
+        Target::Proxy => capture_listener(config)?,
+    };
     let mut notes = Vec::new();
     let ca = tls::ensure_ca(config)?;
     if ca.created {
@@ -148,6 +158,31 @@ pub fn prepare(
             var("NO_PROXY", &no_proxy),
             var("no_proxy", &no_proxy),
         ],
+        Target::Proxy => {
+            // HTTP_PROXY too: a client's plain-http calls (qoder's
+            // HTTP-DNS) take the same way, forwarded unchanged.
+            let url = format!("http://{listener}");
+            let mut vars = vec![
+                var("HTTPS_PROXY", &url),
+                var("https_proxy", &url),
+                var("HTTP_PROXY", &url),
+                var("http_proxy", &url),
+                var("NO_PROXY", &no_proxy),
+                var("no_proxy", &no_proxy),
+                var("NODE_EXTRA_CA_CERTS", &roots),
+            ];
+            if let Some(bundle) =
+                cert_bundle::prepare(config, &ca.root_pem, lookup("SSL_CERT_FILE"), &mut notes)?
+            {
+                let bundle = bundle.to_str().ok_or_else(|| EnvError::NotUtf8 {
+                    what: "the bundle's path",
+                    path: bundle.clone(),
+                })?;
+                vars.push(var("SSL_CERT_FILE", bundle));
+                vars.push(var("REQUESTS_CA_BUNDLE", bundle));
+            }
+            vars
+        }
     };
     Ok(Prepared {
         vars,
@@ -186,6 +221,21 @@ fn listener(config: &Config, shim: &'static str) -> Result<SocketAddr, EnvError>
         return Err(EnvError::NoFixedPort { shim, file });
     }
     Ok(s.listen)
+}
+
+/// The capture listener's address, when it is on and has a fixed port
+/// (the config check keeps it on loopback).
+fn capture_listener(config: &Config) -> Result<SocketAddr, EnvError> {
+    let file = config
+        .source
+        .as_ref()
+        .map(|f| format!(" in {}", f.display()))
+        .unwrap_or_default();
+    match config.capture.listen {
+        None => Err(EnvError::CaptureOff { file }),
+        Some(a) if a.port() == 0 => Err(EnvError::CaptureNoFixedPort { file }),
+        Some(a) => Ok(a),
+    }
 }
 
 /// The user's `NO_PROXY` and `no_proxy` entries (each once, in order,

@@ -1,5 +1,6 @@
-//! `shimgate launch [--config FILE] -- CMD ARGS…`: runs a client with the
-//! variables `shimgate env` prints set for that one process, so nothing
+//! `shimgate launch [--proxy] [--config FILE] -- CMD ARGS…`: runs a client
+//! with the variables `shimgate env qoder` (or, with `--proxy`, `shimgate
+//! env proxy`) prints set for that one process, so nothing
 //! else on the machine changes. The client is found as a shell finds it
 //! (on Windows through `PATHEXT`, so npm's `qodercli.cmd` shim answers to
 //! `qodercli`), then runs in this process's place ([`os::run_in_place`]):
@@ -53,9 +54,16 @@ pub fn run(target: Target, config: Option<&Path>, command: &[OsString]) -> ExitC
             return ExitCode::from(EXIT_NOT_FOUND);
         }
     };
-    if probe::version_at(prepared.listener).is_none() {
+    let (answers, asked) = match target {
+        Target::Qoder => (
+            probe::version_at(prepared.listener).is_some(),
+            "GET /status",
+        ),
+        Target::Proxy => (probe::capture_at(prepared.listener), "its capture listener"),
+    };
+    if !answers {
         eprintln!(
-            "shimgate launch: warning: no shimgate answers on {} (GET /status): start it with `shimgate serve`; running {} anyway",
+            "shimgate launch: warning: no shimgate answers on {} ({asked}): start it with `shimgate serve`; running {} anyway",
             prepared.listener,
             typed.to_string_lossy()
         );

@@ -141,6 +141,10 @@ pub fn serve(path: Option<&Path>) -> ExitCode {
                 );
             }
         }
+        if let Some(addr) = running.capture_addr() {
+            // The capture listener: what a client's HTTPS_PROXY names.
+            println!("listening capture {addr}");
+        }
         let why = until_stop(events, &running).await;
         info!("stopping ({why})");
         running.shutdown(SHUTDOWN_GRACE).await;

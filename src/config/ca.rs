@@ -102,6 +102,21 @@ pub fn check_name(name: &str) -> Result<String, String> {
     Ok(labels.join("."))
 }
 
+/// Whether DNS name `name` is `base` or below it (RFC 5280 §4.2.1.10: a
+/// subtree `example.com` covers `example.com` and `www.example.com`, not
+/// `badexample.com`). Compared case-insensitively, a trailing dot ignored.
+pub fn dns_in(name: &str, base: &str) -> bool {
+    let name = name.trim_end_matches('.');
+    let base = base.trim_end_matches('.');
+    if name.len() < base.len() || base.is_empty() {
+        return false;
+    }
+    // Bytes, not chars: a name with a multi-byte character is never a
+    // match, and never splits inside one.
+    let (head, tail) = name.as_bytes().split_at(name.len() - base.len());
+    tail.eq_ignore_ascii_case(base.as_bytes()) && (head.is_empty() || head.ends_with(b"."))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,6 +6,7 @@
 //! fills defaults. Both stages run before any socket is bound.
 
 pub mod ca;
+pub mod capture;
 pub mod edit;
 pub mod paths;
 pub mod raw;
@@ -383,6 +384,10 @@ pub struct ShimConfig {
     /// Only for shims whose rebuilt request goes through a codec.
     pub codec: Codec,
     pub routes: Vec<Route>,
+    /// `routes` are the shim's built-in ones (`Shim::DEFAULT_ROUTES`; none
+    /// for most shims), not written in the file: the capture listener
+    /// then sends a call to the host its client asked for.
+    pub routes_built_in: bool,
 }
 
 impl ShimConfig {
@@ -399,6 +404,7 @@ impl ShimConfig {
             compressor: None,
             codec: Codec::Plain,
             routes: default_routes(facts),
+            routes_built_in: true,
         }
     }
 }
@@ -449,6 +455,9 @@ pub struct Config {
     /// `[ca]`: what the local CA may sign for (read when the CA is made
     /// and when `serve` starts).
     pub ca: ca::CaConfig,
+    /// `[capture]`: the loopback proxy for clients that only follow one
+    /// (read when the listeners start; its list and threshold on reload).
+    pub capture: capture::CaptureConfig,
     /// `[upstream] proxy`.
     pub upstream_proxy: Option<ProxySetting>,
     /// `[upstream] roots`.
@@ -476,6 +485,7 @@ impl Default for Config {
             admin: AdminConfig::default(),
             savings: SavingsConfig::default(),
             ca: ca::CaConfig::default(),
+            capture: capture::CaptureConfig::default(),
             upstream_proxy: None,
             roots: crate::http::client::Roots::default(),
             ca_file: None,
@@ -491,7 +501,8 @@ impl Config {
     }
 
     /// Every shim listens on a free loopback port (`127.0.0.1:0`): for the
-    /// demo and for tests, which must not need fixed ports.
+    /// demo and for tests, which must not need fixed ports. (`[capture]
+    /// listen` is left as written: a test that needs it names port 0.)
     pub fn listen_on_free_ports(&mut self) {
         for s in &mut self.shims {
             s.listen = SocketAddr::from(([127, 0, 0, 1], 0));
@@ -652,6 +663,12 @@ impl Config {
         if let Some(c) = raw.ca {
             config.ca = ca::check(c)?;
         }
+        config.capture = capture::check(raw.capture.unwrap_or_default(), &config.ca.names)?;
+        capture::refuse_self(
+            "upstream.proxy",
+            config.upstream_proxy.as_ref(),
+            &config.capture,
+        )?;
         for (name, mut raw_shim) in raw.shims.unwrap_or_default() {
             let section = registry::find(&name).filter(|f| f.listens());
             let Some(shim) =
@@ -678,6 +695,7 @@ impl Config {
         }
         share_host_settings(&mut config.shims);
         check_listen_clashes(&config.shims)?;
+        check_capture_clashes(&config)?;
         Ok(config)
     }
 }
@@ -959,6 +977,34 @@ fn check_listen_clashes(shims: &[ShimConfig]) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// The capture listener has an address of its own, and no route's proxy
+/// names it (a route's connections would loop through shimgate).
+fn check_capture_clashes(config: &Config) -> Result<(), ConfigError> {
+    let Some(listen) = config.capture.listen else {
+        return Ok(());
+    };
+    let shims = config.shims.iter().filter(|s| {
+        s.enabled && registry::find(s.name).is_none_or(Facts::listens) && listen.port() != 0
+    });
+    if let Some(s) = shims.into_iter().find(|s| s.listen == listen) {
+        return Err(ConfigError::at(
+            "capture.listen",
+            format!("{listen} is also the {} shim's listen address", s.name),
+        ));
+    }
+    for shim in &config.shims {
+        let facts = registry::find(shim.name);
+        for (i, r) in shim.routes.iter().enumerate() {
+            let path = match facts {
+                Some(f) => format!("{}[{i}].proxy", f.routes_path()),
+                None => format!("shims.{}.routes[{i}].proxy", shim.name),
+            };
+            capture::refuse_self(&path, r.proxy.as_ref(), &config.capture)?;
+        }
+    }
+    Ok(())
+}
+
 fn positive_ms(path: &str, ms: u64) -> Result<Duration, ConfigError> {
     if ms == 0 {
         return Err(ConfigError::at(path, "must be > 0, got 0"));
@@ -1052,6 +1098,7 @@ fn apply_routes(
         ));
     }
     shim.routes = Vec::with_capacity(routes.len());
+    shim.routes_built_in = false;
     for (i, r) in routes.into_iter().enumerate() {
         let route = check_route(&format!("{path}[{i}]"), r)?;
         if shim.routes.iter().any(|o| o.name == route.name) {

@@ -22,6 +22,7 @@ pub struct RawConfig {
     pub admin: Option<RawAdmin>,
     pub savings: Option<RawSavings>,
     pub ca: Option<RawCa>,
+    pub capture: Option<RawCapture>,
     /// `[shims.NAME]`, one table per shim of the registry.
     pub shims: Option<BTreeMap<String, RawShim>>,
 }
@@ -56,6 +57,16 @@ pub struct RawAdmin {
 #[serde(deny_unknown_fields)]
 pub struct RawCa {
     pub names: Option<Vec<String>>,
+}
+
+/// `[capture]`: the loopback HTTP proxy for clients that only follow a
+/// proxy.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCapture {
+    pub listen: Option<String>,
+    pub intercept: Option<Vec<String>>,
+    pub tunnel_after_refusals: Option<u32>,
 }
 
 /// `[breaker]`.

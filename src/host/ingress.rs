@@ -90,7 +90,14 @@ pub(super) async fn handle<S: Shim>(
     let span = info_span!("ingress", shim = name, rid = tracing::field::Empty);
     async move {
         let stats = app.shim_stats(name);
-        let live = app.live();
+        let mut live = app.live();
+        if let Some(super::RunsOn(config)) = req.extensions().get() {
+            live = Arc::new(Live {
+                config: config.clone(),
+                client: live.client.clone(),
+                env: live.env.clone(),
+            });
+        }
         let declared = content_length(&req);
         let (parts, incoming) = req.into_parts();
         let native = match read_body(incoming, declared, live.config.max_body_bytes).await {
@@ -211,6 +218,9 @@ async fn via_proxy<S: Shim>(
         taken.agent.encoded,
     );
     entry.conversation = taken.agent.conversation.clone();
+    if !Arc::ptr_eq(config, &app.config()) {
+        entry.config = Some(config.clone());
+    }
     let entry = app.rids.insert(entry);
     // The savings ledger follows the call until the agent has its answer.
     let turn = app

@@ -35,6 +35,15 @@ use crate::registry;
 use codec::Upstreaming;
 use translators::RebuildStats;
 
+/// A request extension: the config this inference call runs on instead of
+/// the live one. The capture listener sets it for a call on a host the
+/// shim has no configured routes for: the live config with one route to
+/// that host (`capture:HOST`), so the call goes where its client sent it.
+/// The ingress, the return leg (through the rid) and a pass-through of a
+/// request the shim cannot read all use it.
+#[derive(Clone)]
+pub struct RunsOn(pub Arc<Config>);
+
 /// A boxed response future.
 pub type ResponseFuture = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 

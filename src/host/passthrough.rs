@@ -22,7 +22,10 @@ pub async fn forward_raw(
     body: Bytes,
     received: std::time::Instant,
 ) -> Response<Body> {
-    let config = app.config();
+    let config = match parts.extensions.get::<super::RunsOn>() {
+        Some(super::RunsOn(config)) => config.clone(),
+        None => app.config(),
+    };
     let housekeeping = is_housekeeping(&body);
     let agent = Arc::new(parts.headers);
     let idempotent = !matches!(parts.method, http::Method::POST | http::Method::PATCH);

@@ -163,7 +163,9 @@ async fn take<S: Shim>(
             "was already answered directly because the proxy failed first",
         ));
     }
-    let config = app.config();
+    // A captured call runs on the config it came with (its route to the
+    // host its client asked for).
+    let config = entry.config.clone().unwrap_or_else(|| app.config());
     let declared = content_length(&req);
     let limit = return_leg_limit(config.max_body_bytes);
     let bytes = read_body(req.into_body(), declared, limit)

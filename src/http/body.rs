@@ -258,6 +258,14 @@ pub enum ErrorCode {
     /// A write to the config file that cannot be made: no file, a
     /// read-only one, or one that no longer matches what runs (409).
     ConfigConflict,
+    /// A request to the capture listener that is not a proxy's (`CONNECT`
+    /// or an absolute-form target): a web page's fetch, or a client that
+    /// took the proxy for a server (400).
+    NotAProxyRequest,
+    /// The capture listener could not reach the host a client asked for
+    /// (directly or through the upstream proxy), or it did not answer in
+    /// time (502).
+    HostUnreachable,
 }
 
 impl ErrorCode {
@@ -282,13 +290,17 @@ impl ErrorCode {
             ErrorCode::Unauthorized => "UNAUTHORIZED",
             ErrorCode::NotFound => "NOT_FOUND",
             ErrorCode::ConfigConflict => "CONFIG_CONFLICT",
+            ErrorCode::NotAProxyRequest => "NOT_A_PROXY_REQUEST",
+            ErrorCode::HostUnreachable => "HOST_UNREACHABLE",
         }
     }
 
     /// The HTTP status it answers with.
     pub fn status(self) -> StatusCode {
         match self {
-            ErrorCode::BadRequest | ErrorCode::ConfigInvalid => StatusCode::BAD_REQUEST,
+            ErrorCode::BadRequest | ErrorCode::ConfigInvalid | ErrorCode::NotAProxyRequest => {
+                StatusCode::BAD_REQUEST
+            }
             ErrorCode::RequestTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::RidGone => StatusCode::GONE,
@@ -303,6 +315,7 @@ impl ErrorCode {
             ErrorCode::CompressorFailed
             | ErrorCode::UpstreamUnreachable
             | ErrorCode::NoRoutes
+            | ErrorCode::HostUnreachable
             | ErrorCode::DemoProviderRefused => StatusCode::BAD_GATEWAY,
         }
     }

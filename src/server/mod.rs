@@ -37,6 +37,8 @@ pub struct Running {
     pub app: Arc<App>,
     pub shims: Arc<Shims>,
     addrs: BTreeMap<&'static str, SocketAddr>,
+    /// The capture listener's address, when it listens.
+    capture: Option<SocketAddr>,
     accepting: CancellationToken,
     accept_loops: JoinSet<()>,
     /// Every client connection's task.
@@ -56,6 +58,12 @@ impl Running {
     /// or the shim rides on another's).
     pub fn addr(&self, shim: &str) -> Option<SocketAddr> {
         self.addrs.get(shim).copied()
+    }
+
+    /// The capture listener's bound address (`None`: not configured, or
+    /// it could not bind).
+    pub fn capture_addr(&self) -> Option<SocketAddr> {
+        self.capture
     }
 
     /// The `/status` document.
@@ -148,6 +156,12 @@ pub async fn start(config: Config) -> Running {
             }
         }
     }
+    let capture = start_capture(
+        &app,
+        &shims,
+        &mut accept_loops,
+        (&tracker, &accepting, &draining),
+    );
     let route_writer = tokio::spawn(app.route_file.clone().writer(app.chain.clone()));
     let ledger_writer = tokio::spawn(app.ledger.clone().writer());
     let sampler = tokio::spawn(sample_counters(app.clone()));
@@ -158,6 +172,7 @@ pub async fn start(config: Config) -> Running {
         app,
         shims,
         addrs,
+        capture,
         accepting,
         accept_loops,
         connections: tracker,
@@ -165,6 +180,38 @@ pub async fn start(config: Config) -> Running {
         route_writer,
         ledger_writer,
         sampler,
+    }
+}
+
+/// Binds the capture listener when `[capture] listen` is set; one that
+/// cannot bind is reported (log and `/status` `capture.startError`) and
+/// the shims keep going.
+fn start_capture(
+    app: &Arc<App>,
+    shims: &Arc<Shims>,
+    accept_loops: &mut JoinSet<()>,
+    (tracker, accepting, draining): (&TaskTracker, &CancellationToken, &CancellationToken),
+) -> Option<SocketAddr> {
+    let listen = app.config().capture.listen?;
+    match crate::capture::bind(listen) {
+        Ok(listener) => {
+            let addr = listener.local_addr().unwrap_or(listen);
+            app.capture.listening(Ok(addr));
+            info!(%addr, intercept = ?app.config().capture.intercept, "capture listening");
+            accept_loops.spawn(crate::capture::accept_loop(
+                app.clone(),
+                shims.clone(),
+                listener,
+                (tracker.clone(), accepting.clone(), draining.clone()),
+            ));
+            Some(addr)
+        }
+        Err(e) => {
+            let message = format!("cannot listen on {listen}: {e}");
+            error!("capture: {message}");
+            app.capture.listening(Err(message));
+            None
+        }
     }
 }
 

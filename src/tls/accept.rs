@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{json, Value};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::rustls::server::{Acceptor, ClientHello, ResolvesServerCert, ServerConfig};
 use tokio_rustls::rustls::sign::CertifiedKey;
@@ -130,6 +131,15 @@ pub fn decide(
         return Err(Outcome::NotInCa);
     }
     Ok(name)
+}
+
+/// What decides a connection's leaf: the name the client asks for (a
+/// listener's own connection, with the address it came to), or the host
+/// the capture listener decrypts.
+#[derive(Clone, Copy)]
+enum Asked<'a> {
+    Sni(Option<IpAddr>),
+    Named(&'a str),
 }
 
 /// The certificate resolver of a refusal: none, so rustls ends the
@@ -327,14 +337,60 @@ impl Tls {
         deadline: tokio::time::Instant,
     ) -> Option<TlsStream<TcpStream>> {
         let local = tcp.local_addr().ok().map(|a| a.ip());
-        let result = match tokio::time::timeout_at(deadline, self.handshake(tcp, local)).await {
+        self.accept_io(tcp, Asked::Sni(local), deadline).await.ok()
+    }
+
+    /// Completes the handshake of a stream the capture listener decrypts
+    /// for `name` (the host of its `CONNECT`, whatever name the client
+    /// asks for: the leaf is for the host it is connected to), by
+    /// `deadline`. Counted and logged as [`Tls::accept`] does; a failure
+    /// says why ([`Outcome`]) and what was seen.
+    pub async fn accept_as<IO>(
+        &self,
+        io: IO,
+        name: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<TlsStream<IO>, (Outcome, String)>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin,
+    {
+        self.accept_io(io, Asked::Named(name), deadline).await
+    }
+
+    /// Whether the CA in use (read or made now, if need be) may sign for
+    /// `name` and shimgate answers it: the capture listener tunnels a
+    /// host it cannot present a leaf for rather than break its client.
+    pub async fn can_sign(&self, name: &str) -> Result<(), String> {
+        let authority = self.authority().await?;
+        let name = LeafName::Dns(name.trim_end_matches('.').to_ascii_lowercase());
+        if !self.wanted.permits(&name) {
+            return Err(format!("{name} is not in [ca] names"));
+        }
+        if !authority.permits(&name) {
+            return Err(format!(
+                "the local CA cannot sign for {name} (`shimgate ca rotate` makes one that may)"
+            ));
+        }
+        Ok(())
+    }
+
+    async fn accept_io<IO>(
+        &self,
+        io: IO,
+        asked: Asked<'_>,
+        deadline: tokio::time::Instant,
+    ) -> Result<TlsStream<IO>, (Outcome, String)>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin,
+    {
+        let result = match tokio::time::timeout_at(deadline, self.handshake(io, asked)).await {
             Ok(r) => r,
             Err(_) => Err((Outcome::Timeout, String::new())),
         };
         match result {
             Ok(stream) => {
                 self.counts[Outcome::Ok.index()].fetch_add(1, Ordering::Relaxed);
-                Some(stream)
+                Ok(stream)
             }
             Err((outcome, detail)) => {
                 let n = self.counts[outcome.index()].fetch_add(1, Ordering::Relaxed) + 1;
@@ -343,20 +399,28 @@ impl Tls {
                 if n.is_power_of_two() {
                     warn!(reason = outcome.as_str(), count = n, detail = %detail, "{}", outcome.advice());
                 }
-                None
+                Err((outcome, detail))
             }
         }
     }
 
-    async fn handshake(
+    async fn handshake<IO>(
         &self,
-        tcp: TcpStream,
-        local: Option<IpAddr>,
-    ) -> Result<TlsStream<TcpStream>, (Outcome, String)> {
-        let start = LazyConfigAcceptor::new(Acceptor::default(), tcp)
+        io: IO,
+        asked: Asked<'_>,
+    ) -> Result<TlsStream<IO>, (Outcome, String)>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin,
+    {
+        let start = LazyConfigAcceptor::new(Acceptor::default(), io)
             .await
             .map_err(|e| (Outcome::Protocol, e.to_string()))?;
         let sni: Option<String> = start.client_hello().server_name().map(shown);
+        let (sni, local) = match asked {
+            Asked::Sni(local) => (sni, local),
+            // The capture listener's host, on no address of ours.
+            Asked::Named(name) => (Some(shown(name)), None),
+        };
         let asked = match (&sni, local) {
             (Some(name), _) => format!("name {name}"),
             (None, Some(ip)) => format!("no name, to {ip}"),

@@ -8,6 +8,9 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+/// The subtree rule, kept with the config's check of `[ca] names`.
+pub use crate::config::ca::dns_in;
+
 /// The loopback name every CA permits.
 pub const LOCALHOST: &str = "localhost";
 
@@ -153,19 +156,6 @@ impl Mismatch {
         }
         (!parts.is_empty()).then(|| parts.join("; "))
     }
-}
-
-/// Whether DNS name `name` is `base` or below it (RFC 5280 §4.2.1.10: a
-/// subtree `example.com` covers `example.com` and `www.example.com`, not
-/// `badexample.com`). Compared case-insensitively, a trailing dot ignored.
-pub fn dns_in(name: &str, base: &str) -> bool {
-    let name = name.trim_end_matches('.');
-    let base = base.trim_end_matches('.');
-    if name.len() < base.len() || base.is_empty() {
-        return false;
-    }
-    let (head, tail) = name.split_at(name.len() - base.len());
-    tail.eq_ignore_ascii_case(base) && (head.is_empty() || head.ends_with('.'))
 }
 
 /// Whether `ip` is inside `(network, prefix)`; an IPv4-mapped IPv6

@@ -398,3 +398,79 @@ async fn the_savings_card_shows_today_fourteen_days_and_the_conversations_in_bot
         shots.join("savings-zh.png").display()
     );
 }
+
+/// The panel's capture card (en and zh) against a capture listener that
+/// decrypted a call and tunnelled a host after three refusals, and a web
+/// page that tries to use the capture listener: it reads nothing, and
+/// every attempt is refused as not a proxy request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_capture_card_shows_the_listener_and_a_web_page_cannot_use_it() {
+    use crate::support::capture as through;
+    let Some(browser) = Browser::find() else {
+        return;
+    };
+    let s = super::capture::Stack0::start().await;
+    let gate = Gate::start(&s.toml("")).await;
+    let (body, headers) = super::capture::solo("hi");
+    let r = through::send(
+        &gate.capture,
+        "trae-api-cn.mchost.guru",
+        s.trusting(&[&s.root]),
+        (http::Method::POST, trae::PATH),
+        &super::capture::pairs(&headers),
+        body,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    for _ in 0..3 {
+        let refused = through::tls(
+            &gate.capture,
+            "api2.qoder.sh",
+            443,
+            s.trusting(&[&s.world_root]),
+        )
+        .await;
+        assert!(refused.is_err());
+    }
+    let tunnelled = crate::support::eventually(std::time::Duration::from_secs(10), || async {
+        gate.status().await["capture"]["hosts"][0]["mode"] == "tunnel"
+    })
+    .await;
+    assert!(tunnelled);
+    let world_calls = s.world.calls().len();
+    let shots = shots_dir();
+    let found = browser
+        .run(
+            "capture",
+            &json!({"base": gate.trae, "capture": gate.capture, "shots": shots}),
+        )
+        .await;
+    assert_eq!(found["en"]["title"], "Capture proxy");
+    assert_eq!(found["zh"]["title"], "捕获代理");
+    assert_eq!(found["en"]["modes"]["api2.qoder.sh"], "tunnel");
+    assert_eq!(found["zh"]["modes"]["api2.qoder.sh"], "隧道");
+    assert_eq!(found["en"]["modes"]["trae-api-cn.mchost.guru"], "decrypt");
+    assert_eq!(found["zh"]["modes"]["trae-api-cn.mchost.guru"], "解密");
+    let page = &found["page"];
+    for read in page["reads"].as_array().unwrap() {
+        assert!(
+            read["blocked"].is_string(),
+            "a page read the capture listener: {read}"
+        );
+    }
+    let attempts = page["reads"].as_array().unwrap().len() as u64
+        + page["posts"].as_u64().unwrap()
+        + page["forms"].as_u64().unwrap();
+    let refused = crate::support::eventually(std::time::Duration::from_secs(10), || async {
+        gate.status().await["capture"]["requests"]["notProxyRequests"] == attempts
+    })
+    .await;
+    assert!(refused, "{:#}", gate.status().await["capture"]);
+    assert_eq!(s.world.calls().len(), world_calls, "nothing reached a host");
+    eprintln!(
+        "FIGURES browser capture: {attempts} attempts from a web page refused (NOT_A_PROXY_REQUEST), none read; cards in {}",
+        shots.display()
+    );
+    gate.stop(std::time::Duration::from_secs(5)).await;
+}

@@ -8,6 +8,7 @@ mod bad_input;
 mod bili;
 mod bili_model;
 mod browser;
+mod capture;
 mod chain;
 mod external;
 mod learning;

@@ -18,6 +18,9 @@ pub struct Served {
     pub child: Child,
     pub qoder: String,
     pub trae: String,
+    /// The capture listener (`http://127.0.0.1:PORT`; empty when the
+    /// config has no `[capture] listen`).
+    pub capture: String,
     pub stderr_file: PathBuf,
 }
 
@@ -52,12 +55,14 @@ impl Served {
         }
         let mut child = cmd.spawn().unwrap();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let (mut qoder, mut trae) = (String::new(), String::new());
-        let waiting = |qoder: &str, trae: &str| {
+        let (mut qoder, mut trae, mut capture) = (String::new(), String::new(), String::new());
+        let wants_capture = has_capture(config);
+        let waiting = |qoder: &str, trae: &str, capture: &str| {
             (shims.contains(&"qoder") && qoder.is_empty())
                 || (shims.contains(&"trae") && trae.is_empty())
+                || (wants_capture && capture.is_empty())
         };
-        while waiting(&qoder, &trae) {
+        while waiting(&qoder, &trae, &capture) {
             let Some(Ok(line)) = lines.next() else {
                 panic!(
                     "shimgate exited: {}",
@@ -68,6 +73,7 @@ impl Served {
             match parts.as_slice() {
                 ["listening", "qoder", addr] => qoder = format!("http://{addr}"),
                 ["listening", "trae", addr] => trae = format!("http://{addr}"),
+                ["listening", "capture", addr] => capture = format!("http://{addr}"),
                 _ => {}
             }
         }
@@ -75,6 +81,7 @@ impl Served {
             child,
             qoder,
             trae,
+            capture,
             stderr_file,
         }
     }
@@ -108,6 +115,15 @@ impl Served {
         };
         super::signal::send(self.child.id(), sig);
     }
+}
+
+/// Whether the config file sets `[capture] listen` (then `serve` prints
+/// `listening capture ADDR` after the shims' lines).
+fn has_capture(config: &Path) -> bool {
+    std::fs::read_to_string(config)
+        .ok()
+        .and_then(|t| t.parse::<toml::Table>().ok())
+        .is_some_and(|t| t.get("capture").and_then(|c| c.get("listen")).is_some())
 }
 
 impl Drop for Served {

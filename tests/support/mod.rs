@@ -8,6 +8,7 @@
 pub mod bili;
 pub mod bin;
 pub mod browser;
+pub mod capture;
 pub mod client;
 pub mod conversation;
 pub mod cosy_check;
@@ -40,6 +41,9 @@ pub struct Gate {
     pub trae: String,
     /// The test-only OpenAI shim's listener (empty unless enabled).
     pub openai: String,
+    /// The capture listener, `http://127.0.0.1:PORT` (empty unless the
+    /// config has `[capture] listen`).
+    pub capture: String,
     /// The child process when `SHIMGATE_BIN` is set.
     child: Option<Child>,
 }
@@ -84,6 +88,10 @@ impl Gate {
             qoder: url("qoder"),
             trae: url("trae"),
             openai: url("openai"),
+            capture: running
+                .capture_addr()
+                .map(|a| format!("http://{a}"))
+                .unwrap_or_default(),
             running: Some(running),
             child: None,
         }
@@ -126,6 +134,7 @@ impl Gate {
             qoder: served.qoder.clone(),
             trae: served.trae.clone(),
             openai: String::new(),
+            capture: served.capture.clone(),
             child: Some(Child {
                 served,
                 file,

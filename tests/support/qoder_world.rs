@@ -226,11 +226,37 @@ impl World {
         scripted_https::respond(self.answer(&call, n)).map(BodyExt::boxed_unsync)
     }
 
-    /// TLS for `target` (`host:port`) inside a tunnel, then HTTP.
-    async fn tunnel<I>(&self, io: I, target: &str, ca: &TestCa)
+    /// TLS for `target` (`host:port`) inside a tunnel, then HTTP; plain
+    /// HTTP when the first byte is not a TLS handshake (a proxy client
+    /// such as shimgate tunnels `http://` targets too).
+    async fn tunnel<I>(&self, mut io: I, target: &str, ca: &TestCa)
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
+        let mut first = [0u8; 1];
+        if tokio::io::AsyncReadExt::read_exact(&mut io, &mut first)
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let io = Prefixed {
+            first: Some(first[0]),
+            io,
+        };
+        if first[0] != 0x16 {
+            let world = self.clone();
+            let script: Arc<Script> = Arc::new(move |call: &Call, n| world.answer(call, n));
+            scripted_https::serve(
+                io,
+                strip_default_port(target),
+                "tunnel",
+                self.log.clone(),
+                script,
+            )
+            .await;
+            return;
+        }
         let host = target
             .rsplit_once(':')
             .map(|(h, _)| h)
@@ -258,6 +284,50 @@ impl World {
             script,
         )
         .await;
+    }
+}
+
+/// A stream whose first byte was read already: it is read again first.
+struct Prefixed<I> {
+    first: Option<u8>,
+    io: I,
+}
+
+impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Prefixed<I> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if let Some(b) = self.first.take() {
+            buf.put_slice(&[b]);
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Prefixed<I> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 

@@ -61,6 +61,12 @@ const TEXT = {
     savingsEmpty: "No call booked yet.", savingsOlder: "and {n} older conversations, summed",
     savingsEstimated: "{n} calls reported no usage: estimated.",
     "method-provider-ratio": "Tokens: sent = the provider's own count; the agent's = the provider's tokens per character sent × the characters the agent sent; net = saved − the compressor's own calls.",
+    capture: "Capture proxy", captureOff: "Off: set [capture] listen to serve clients that only follow a proxy (TRAE IDE, the Qoder CLI and IDE on legacy, JetBrains).",
+    captureUp: "listening", captureDown: "not listening", capIntercepted: "decrypted", capTunnelled: "tunnelled",
+    capLoopback: "loopback", capHanded: "calls to the shims", capForwarded: "forwarded unchanged", capAbsolute: "plain proxy requests",
+    capRefusals: "certificate refused", capHost: "host", capMode: "mode", "cap-intercept": "decrypt", "cap-tunnel": "tunnel",
+    capListed: "listed", capImplicit: "implicit routes", capIgnored: "The {source} proxy setting names this listener: shimgate's own connections ignore it.",
+    capWhy: "why", capLastRefusal: "last refusal", capNotProxy: "refused (not proxy requests)", capNone: "no connection yet",
   },
   zh: {
     shims: "垫片", chain: "故障转移链", routes: "线路", failedToday: "今日失败",
@@ -113,6 +119,12 @@ const TEXT = {
     savingsEmpty: "尚无记账的调用。", savingsOlder: "另有 {n} 个较早的会话已合并",
     savingsEstimated: "{n} 次调用没有用量报告，为估算值。",
     "method-provider-ratio": "token 计法：实际发送 = 服务商自报数；代理原始 = 服务商每字符 token 数 × 代理发送的字符数；净节省 = 压缩节省 − 压缩器自身调用。",
+    capture: "捕获代理", captureOff: "未开启：设置 [capture] listen，即可服务只走代理的客户端（TRAE IDE、legacy 传输下的 Qoder CLI 与 IDE、JetBrains 插件）。",
+    captureUp: "监听中", captureDown: "未监听", capIntercepted: "已解密", capTunnelled: "隧道直通",
+    capLoopback: "本机", capHanded: "交给垫片的调用", capForwarded: "原样转发", capAbsolute: "普通代理请求",
+    capRefusals: "证书被拒", capHost: "主机", capMode: "方式", "cap-intercept": "解密", "cap-tunnel": "隧道",
+    capListed: "在列表中", capImplicit: "隐含线路", capIgnored: "{source} 代理设置指向本监听端口：shimgate 自身的连接不经过它。",
+    capWhy: "原因", capLastRefusal: "最近一次拒绝", capNotProxy: "已拒绝（非代理请求）", capNone: "尚无连接",
   },
 };
 
@@ -505,6 +517,44 @@ function renderExchanges() {
   }).join("");
 }
 
+// The capture proxy (`/status` `capture`): whether it listens, what it
+// decrypted, tunnelled and handed to the shims, and each host's row; a
+// host tunnelled after its client refused the certificate says why.
+function renderCapture() {
+  const c = status.capture;
+  if (!c) return "";
+  if (!c.listen) return `<p class="muted" data-testid="capture-off">${esc(t("captureOff"))}</p>`;
+  const counters = [
+    ["capIntercepted", c.connections.intercepted], ["capTunnelled", c.connections.tunnelled],
+    ["capHanded", c.requests.handed], ["capForwarded", c.requests.forwarded],
+    ["capAbsolute", c.requests.absolute], ["capRefusals", c.clientRefusals],
+  ].map(([k, v]) => `<div><dt>${esc(t(k))}</dt><dd data-testid="capture-${k}">${v ?? 0}</dd></div>`).join("");
+  const state = c.listening
+    ? `<span class="tag ok">${esc(t("captureUp"))}</span>`
+    : `<span class="tag bad">${esc(t("captureDown"))}</span> ${esc(c.startError || "")}`;
+  const handed = Object.entries(c.handed || {}).map(([s, n]) => `${esc(s)} ${n}`).join(" · ");
+  const implicit = Object.values(c.implicitRoutes || {}).flat();
+  const ignored = c.ignoredProxySetting
+    ? `<p class="empty" data-testid="capture-ignored">${esc(t("capIgnored", { source: c.ignoredProxySetting }))}</p>` : "";
+  const rows = (c.hosts || []).map((h) => {
+    const tunnelled = h.tunnelledSince != null;
+    const mode = `<span class="tag ${tunnelled ? "warn" : h.mode === "intercept" ? "ok" : ""}" data-testid="capture-mode-${esc(h.host)}">${esc(t(`cap-${h.mode}`))}</span>`;
+    const why = tunnelled
+      ? `<div class="note">${esc(t("capWhy"))}: ${esc(h.why)}${h.lastRefusal ? ` — ${esc(t("capLastRefusal"))} ${esc(fmtTime(h.lastRefusal.at))}: ${esc(h.lastRefusal.reason)}` : ""}</div>` : "";
+    const error = h.lastError ? `<div class="note">${esc(t("lastError"))}: ${esc(h.lastError)}</div>` : "";
+    return `<tr data-testid="capture-row-${esc(h.host)}"><td><code>${esc(h.host)}</code>${why}${error}</td><td>${mode}</td>
+      <td>${h.intercepted}</td><td>${h.tunnelled}</td><td>${h.handed}</td><td>${h.forwarded}</td><td>${h.clientRefusals}</td></tr>`;
+  }).join("");
+  const head = ["capHost", "capMode", "capIntercepted", "capTunnelled", "capHanded", "capForwarded", "capRefusals"]
+    .map((k) => `<th>${esc(t(k))}</th>`).join("");
+  return `<div class="card" data-testid="capture-card"><h3>${esc(t("capture"))} <code>${esc(c.addr || c.listen)}</code> ${state}</h3>
+    <dl class="counters">${counters}</dl>
+    ${handed ? `<p><span class="muted">${esc(t("capHanded"))}:</span> ${handed}</p>` : ""}
+    ${implicit.length ? `<p><span class="muted">${esc(t("capImplicit"))}:</span> ${implicit.map((r) => `<code>${esc(r)}</code>`).join(" ")}</p>` : ""}
+    ${ignored}
+    <div class="scroll"><table><thead><tr>${head}</tr></thead><tbody>${rows}</tbody></table></div></div>`;
+}
+
 // Times are the browser's; the config zone (the provider's
 // day) is named where it differs. "local" is the server's own zone, most
 // often the browser's too (both on this machine).
@@ -549,6 +599,7 @@ function render() {
   renderHeader();
   set("shims", renderShims());
   set("savings", renderSavings());
+  set("capture", renderCapture());
   set("chain", renderChain());
   set("routes", renderRoutes());
   set("failed", renderFailed());

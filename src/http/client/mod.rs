@@ -37,9 +37,9 @@ use http::{Request, Response};
 use tokio::io::AsyncWriteExt;
 
 pub use body::UpstreamBody;
-pub use connect::{pem_roots, Roots, Tls};
+pub use connect::{pem_roots, Io, Roots, Tls};
 
-use connect::{Io, Origin};
+use connect::Origin;
 use pool::Pool;
 
 /// How long an idle pooled connection is kept (upstream LBs commonly close at 60 s+).
@@ -81,6 +81,60 @@ impl HttpClient {
                 tls,
                 connect_timeout,
             }),
+        }
+    }
+
+    /// A connection of its own (never pooled) to `host:port`, through
+    /// `proxy` when given, TLS verified as every upstream's is when `tls`:
+    /// what the capture listener forwards a request on unchanged, or runs
+    /// a WebSocket over. The connect timeout bounds it.
+    pub async fn open(
+        &self,
+        tls: bool,
+        host: &str,
+        port: u16,
+        proxy: Option<Arc<proxy::ProxyUrl>>,
+    ) -> Result<Io, ClientError> {
+        let origin = Origin {
+            tls,
+            host: host.into(),
+            port,
+            proxy,
+        };
+        connect::connect(&origin, &self.inner.tls, self.inner.connect_timeout)
+            .await
+            .map_err(|e| ClientError::new(Kind::Connect, origin.to_string(), e))
+    }
+
+    /// A byte tunnel to `host:port` (TCP only, nothing read or decrypted),
+    /// through `proxy` when given, within the connect timeout.
+    pub async fn tunnel(
+        &self,
+        host: &str,
+        port: u16,
+        proxy: Option<&proxy::ProxyUrl>,
+    ) -> Result<tokio::net::TcpStream, ClientError> {
+        let shown = || match proxy {
+            Some(p) => format!("{host}:{port} through proxy {p}"),
+            None => format!("{host}:{port}"),
+        };
+        let open = async {
+            match proxy {
+                Some(p) => proxy::tunnel(p, host, port).await,
+                None => connect::tcp_to(host, port).await,
+            }
+        };
+        match tokio::time::timeout(self.inner.connect_timeout, open).await {
+            Ok(Ok(tcp)) => Ok(tcp),
+            Ok(Err(e)) => Err(ClientError::new(Kind::Connect, shown(), e)),
+            Err(_) => Err(ClientError::new(
+                Kind::Connect,
+                shown(),
+                format!(
+                    "connect timed out after {} ms",
+                    self.inner.connect_timeout.as_millis()
+                ),
+            )),
         }
     }
 

@@ -276,6 +276,11 @@ impl Via {
 pub struct Environment {
     matcher: Matcher,
     source: Source,
+    /// shimgate's own capture listener: a setting that names it is
+    /// ignored, or shimgate's connections would loop through itself (a
+    /// user who points the OS's proxy or `HTTPS_PROXY` at it for their
+    /// clients sets it for shimgate too).
+    own: Option<std::net::SocketAddr>,
 }
 
 /// The variables `Matcher::from_env` reads.
@@ -301,11 +306,13 @@ impl Environment {
             Environment {
                 matcher: Matcher::from_env(),
                 source: Source::Env,
+                own: None,
             }
         } else {
             Environment {
                 matcher: Matcher::from_system(),
                 source: Source::System,
+                own: None,
             }
         }
     }
@@ -315,7 +322,34 @@ impl Environment {
         Environment {
             matcher: Matcher::builder().build(),
             source: Source::Env,
+            own: None,
         }
+    }
+
+    /// The same setting, with a proxy at `own` (the capture listener)
+    /// ignored.
+    pub fn excluding(mut self, own: Option<std::net::SocketAddr>) -> Environment {
+        self.own = own;
+        self
+    }
+
+    /// Where the setting came from.
+    pub fn source(&self) -> Source {
+        self.source
+    }
+
+    /// Whether the setting names the excluded listener (for an `https`
+    /// or an `http` destination): said in the log and `/status`.
+    pub fn names_own(&self) -> bool {
+        let Some(own) = self.own else {
+            return false;
+        };
+        ["https://example.com/", "http://example.com/"]
+            .iter()
+            .filter_map(|u| u.parse::<Uri>().ok())
+            .filter_map(|u| self.matcher.intercept(&u))
+            .filter_map(|found| ProxyUrl::of_intercept(&found).ok())
+            .any(|p| names_listener(&p, own))
     }
 
     fn via(&self, url: &Uri) -> Via {
@@ -323,6 +357,11 @@ impl Environment {
             return Via::default();
         };
         match ProxyUrl::of_intercept(&found) {
+            Ok(p) if self.own.is_some_and(|own| names_listener(&p, own)) => Via {
+                proxy: None,
+                source: Some(self.source),
+                broken: None,
+            },
             Ok(p) => Via {
                 proxy: Some(Arc::new(p)),
                 source: Some(self.source),
@@ -370,6 +409,12 @@ pub fn resolve(
         return of(s, Source::Upstream);
     }
     env.via(&uri)
+}
+
+/// Whether `proxy` is the listener at `listen` (a loopback host on its
+/// port; port 0 names nothing).
+pub fn names_listener(proxy: &ProxyUrl, listen: std::net::SocketAddr) -> bool {
+    listen.port() != 0 && proxy.port == listen.port() && is_loopback(&proxy.host)
 }
 
 /// A host written as a loopback one: `localhost`, `127.x.x.x`, `[::1]`
@@ -646,12 +691,40 @@ mod tests {
                 .no("internal.example")
                 .build(),
             source: Source::Env,
+            own: None,
         };
         let via = resolve(None, None, &env, "https://api.example.com/v1");
         assert_eq!(via.shown(), "socks5://127.0.0.1:1080");
         assert_eq!(via.source, Some(Source::Env));
         let skipped = resolve(None, None, &env, "https://internal.example/v1");
         assert_eq!(skipped.proxy, None);
+    }
+
+    #[test]
+    fn a_setting_that_names_the_capture_listener_is_ignored() {
+        let own: std::net::SocketAddr = "127.0.0.1:47000".parse().unwrap();
+        let env = Environment {
+            matcher: Matcher::builder().all("http://localhost:47000").build(),
+            source: Source::Env,
+            own: None,
+        };
+        assert_eq!(
+            resolve(None, None, &env, "https://api2.qoder.sh").shown(),
+            "http://localhost:47000"
+        );
+        let env = env.excluding(Some(own));
+        assert!(env.names_own());
+        let via = resolve(None, None, &env, "https://api2.qoder.sh");
+        assert_eq!((via.proxy, via.source), (None, Some(Source::Env)));
+        let other = Environment {
+            matcher: Matcher::builder().all("http://127.0.0.1:7890").build(),
+            source: Source::Env,
+            own: Some(own),
+        };
+        assert!(!other.names_own());
+        assert!(resolve(None, None, &other, "https://api2.qoder.sh")
+            .proxy
+            .is_some());
     }
 
     #[test]

@@ -13,10 +13,11 @@ import sys
 from playwright.sync_api import sync_playwright
 
 import attack
+import capture
 import panel
 import savings
 
-SCENARIOS = {"attack": attack.run, "panel": panel.run, "many": panel.run_many, "savings": savings.run}
+SCENARIOS = {"attack": attack.run, "capture": capture.run, "panel": panel.run, "many": panel.run_many, "savings": savings.run}
 
 # The flags the workplace's closed network needs (no background fetches),
 # plus: Local Network Access off, so the tests see what a browser without
