@@ -1118,15 +1118,23 @@ async fn a_websocket_on_a_decrypted_host_passes_through() {
     .unwrap();
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(
-            tls.read(&mut byte).await.unwrap(),
-            1,
-            "{}",
-            String::from_utf8_lossy(&head)
-        );
-        head.push(byte[0]);
-    }
+    let read_head = async {
+        while !head.ends_with(b"\r\n\r\n") {
+            assert_eq!(
+                tls.read(&mut byte).await.unwrap(),
+                1,
+                "{}",
+                String::from_utf8_lossy(&head)
+            );
+            head.push(byte[0]);
+        }
+    };
+    let in_time = tokio::time::timeout(std::time::Duration::from_secs(20), read_head).await;
+    assert!(
+        in_time.is_ok(),
+        "no 101 within 20 s; shimgate's log:\n{}",
+        gate.log()
+    );
     let head = String::from_utf8_lossy(&head).to_lowercase();
     assert!(head.starts_with("http/1.1 101"), "{head}");
     assert!(
@@ -1142,7 +1150,7 @@ async fn a_websocket_on_a_decrypted_host_passes_through() {
             tls.read_exact(&mut back),
         )
         .await
-        .unwrap()
+        .unwrap_or_else(|_| panic!("no echo within 10 s; shimgate's log:\n{}", gate.log()))
         .unwrap();
         assert_eq!(back, frame);
     }

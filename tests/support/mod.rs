@@ -234,6 +234,14 @@ impl Gate {
 fn binary_toml(toml: &str, listens: Option<(&str, &str)>) -> (String, Vec<String>) {
     let mut doc: toml_edit::DocumentMut = toml.parse().expect("test config");
     let mut shims = Vec::new();
+    // A config with no `[shims]` at all: indexing would make it an inline
+    // `shims = {}` that drops the tables put in it, leaving the shims on
+    // their default ports (taken by a test running beside this one).
+    if doc.get("shims").is_none() {
+        let mut table = toml_edit::Table::new();
+        table.set_implicit(true);
+        doc["shims"] = toml_edit::Item::Table(table);
+    }
     for (i, name) in ["qoder", "trae"].into_iter().enumerate() {
         let at = match listens {
             Some((q, t)) => [q, t][i].to_owned(),
@@ -252,6 +260,20 @@ fn binary_toml(toml: &str, listens: Option<(&str, &str)>) -> (String, Vec<String
         }
     }
     (doc.to_string(), shims)
+}
+
+#[test]
+fn a_config_without_shims_gets_free_ports_for_both() {
+    let (text, shims) = binary_toml("[capture]\nlisten = \"127.0.0.1:0\"\n", None);
+    assert_eq!(shims, ["qoder", "trae"]);
+    let doc: toml_edit::DocumentMut = text.parse().unwrap();
+    for name in ["qoder", "trae"] {
+        assert_eq!(
+            doc["shims"][name]["listen"].as_str(),
+            Some("127.0.0.1:0"),
+            "{text}"
+        );
+    }
 }
 
 /// The state dir of in-process gates: one per test process, so the proxy
