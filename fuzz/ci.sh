@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Fuzz smoke for CI: builds every cargo-fuzz target on the stable toolchain
-# (no sanitizer, `-s none`), replays each target's committed seeds, then
-# fuzzes each for a short time. Any crash, or a seed that fails, fails the
+# Fuzz smoke for CI: checks the targets' formatting and clippy, builds
+# every cargo-fuzz target on the stable toolchain (no sanitizer, `-s none`),
+# replays each target's committed seeds, then fuzzes each for a short time. Any crash, or a seed that fails, fails the
 # script. Targets come from `cargo fuzz list`, so a new target is covered
 # without editing this file.
 #
@@ -24,6 +24,11 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "== installing cargo-fuzz"
     cargo install cargo-fuzz --locked
 fi
+
+# The fuzz crate is its own workspace, so the root's fmt and clippy steps
+# do not see it.
+echo "== rustfmt and clippy of the fuzz targets (warnings denied)"
+(cd fuzz && cargo fmt --check && cargo clippy --all-targets -- -D warnings)
 
 echo "== building all fuzz targets (stable, -s none)"
 cargo fuzz build -s none

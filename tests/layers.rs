@@ -167,6 +167,32 @@ fn only_the_platform_modules_name_an_os() {
     );
 }
 
+/// No code of ours, in any crate, depends on the CPU: CI type-checks macOS
+/// for Apple silicon only, and that check stands for Intel Macs because
+/// nothing here differs between the two.
+#[test]
+fn no_code_names_a_cpu() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    for dir in ["src", "shims"] {
+        for file in rust_files(&root.join(dir)) {
+            let text = std::fs::read_to_string(&file).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                if code.contains("target_arch") || code.contains("target_pointer_width") {
+                    let rel = file.strip_prefix(root).unwrap();
+                    found.push(format!("{}:{}: {}", rel.display(), n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "code that depends on the CPU (CI checks macOS for one CPU only):\n{}",
+        found.join("\n")
+    );
+}
+
 #[test]
 fn the_check_sees_each_form() {
     assert!(names_an_os("#[cfg(unix)]"));

@@ -93,7 +93,7 @@ fn encode(spec: &[u8]) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
         }
         let piece = &tail[..take];
         rest = &tail[take..];
-        let size = if n % 2 == 0 {
+        let size = if n.is_multiple_of(2) {
             format!("{take:x}")
         } else {
             format!("{take:X}")

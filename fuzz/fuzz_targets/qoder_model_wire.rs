@@ -85,7 +85,10 @@ fn drive(mut translator: impl StreamTranslator, chunks: &[Bytes]) -> (BytesMut, 
 fn assert_closed(out: &[u8]) {
     assert!(out.ends_with(b"\n\n"), "unterminated output");
     let lines: Vec<&[u8]> = out[..out.len() - 1].split(|&b| b == b'\n').collect();
-    assert!(lines.len() % 2 == 0, "a frame with more than one line");
+    assert!(
+        lines.len().is_multiple_of(2),
+        "a frame with more than one line"
+    );
     for frame in lines.chunks(2) {
         let line = String::from_utf8_lossy(frame[0]);
         assert!(frame[0].starts_with(b"data: "), "not a data line: {line:?}");
@@ -95,7 +98,11 @@ fn assert_closed(out: &[u8]) {
     let events = parse_all(out).unwrap();
     let done = events.iter().filter(|e| &e.data[..] == b"[DONE]").count();
     assert_eq!(done, 1, "[DONE] count");
-    assert_eq!(&events.last().unwrap().data[..], b"[DONE]", "[DONE] not last");
+    assert_eq!(
+        &events.last().unwrap().data[..],
+        b"[DONE]",
+        "[DONE] not last"
+    );
     assert!(events.iter().all(|e| e.event.is_none()));
 }
 

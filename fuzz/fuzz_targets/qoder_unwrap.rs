@@ -83,7 +83,10 @@ fn assert_closed(out: &[u8]) {
     assert!(out.ends_with(b"\n\n"), "unterminated output");
     // Without its last LF the output alternates `data: …` and empty lines.
     let lines: Vec<&[u8]> = out[..out.len() - 1].split(|&b| b == b'\n').collect();
-    assert!(lines.len() % 2 == 0, "a frame with more than one line");
+    assert!(
+        lines.len().is_multiple_of(2),
+        "a frame with more than one line"
+    );
     for frame in lines.chunks(2) {
         let line = String::from_utf8_lossy(frame[0]);
         assert!(frame[0].starts_with(b"data: "), "not a data line: {line:?}");

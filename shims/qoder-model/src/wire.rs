@@ -19,6 +19,11 @@
 //! * Anything else is a chunk (or a frame the CLI ignores), which the
 //!   qoder unwrapper reads.
 //!
+//! A `data` with a line break is read as the unwrapper will write it, on
+//! one line (a break inside a JSON string becomes its escape): that repair
+//! can turn broken JSON into an envelope, and the return leg and the
+//! ingress must agree on what a frame is.
+//!
 //! Errors are classified with qoder's business-code table
 //! ([`shimgate_shim_qoder::classify`]). The reading never panics and
 //! never copies a chunk: only the rare envelopes and error frames are
@@ -26,10 +31,12 @@
 
 use std::sync::LazyLock;
 
+use bytes::BytesMut;
 use memchr::memmem::Finder;
 use shimgate_shim_api::json_scan::Cursor;
 use shimgate_shim_api::sse::SseEvent;
 use shimgate_shim_qoder::classify::{self, UpstreamError};
+use shimgate_shim_qoder::put_one_line;
 
 /// The end of the answer.
 pub const DONE: &[u8] = b"[DONE]";
@@ -91,7 +98,18 @@ pub fn read(event: &SseEvent) -> Frame {
     if event.is("error") {
         return Frame::Error(Box::new(classify::event_error(&event.data)));
     }
-    let data = event.data.trim_ascii();
+    let finish = event.is("finish");
+    if memchr::memchr2(b'\n', b'\r', &event.data).is_some() {
+        let mut one = BytesMut::with_capacity(event.data.len() + 8);
+        put_one_line(&mut one, &event.data);
+        return read_data(&one, finish);
+    }
+    read_data(&event.data, finish)
+}
+
+/// Reads one event's `data`, on one line.
+fn read_data(data: &[u8], finish: bool) -> Frame {
+    let data = data.trim_ascii();
     match data.first() {
         Some(b'[') => return bracketed(data),
         Some(b'{') => {}
@@ -105,8 +123,8 @@ pub fn read(event: &SseEvent) -> Frame {
         return Frame::Other;
     }
     match Top::scan(data) {
-        Some(top) => top.frame(data, event.is("finish")),
-        None => parsed(data, event.is("finish")),
+        Some(top) => top.frame(data, finish),
+        None => parsed(data, finish),
     }
 }
 

@@ -27,6 +27,7 @@ use serde_json::Value;
 use shimgate_shim_api::{Failure, Folded, OpenAiBody, Shim, ShimError};
 
 pub use ask::OriginalAsk;
+pub use oneline::put_one_line;
 pub use unwrap::{QoderIngress, QoderReturnLeg, UsagePolicy};
 
 /// The inference path the ingress takes over (any query).

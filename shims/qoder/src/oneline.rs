@@ -95,7 +95,7 @@ fn put_control_escape(out: &mut BytesMut, byte: u8) {
 }
 
 /// Appends `text` (JSON or anything else) to `out` with no CR or LF.
-pub(crate) fn put_one_line(out: &mut BytesMut, text: &[u8]) {
+pub fn put_one_line(out: &mut BytesMut, text: &[u8]) {
     if memchr::memchr2(b'\n', b'\r', text).is_none() {
         out.extend_from_slice(text);
         return;

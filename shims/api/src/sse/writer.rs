@@ -17,15 +17,16 @@ pub fn write_data(out: &mut BytesMut, data: &[u8]) {
 
 /// Appends a frame with an optional `event:` and `id:` line before the data.
 ///
-/// CR and LF inside `event` or `id` would end the field early and NUL makes a
-/// parser ignore an id, so such bytes are left out rather than corrupting the
-/// stream.
+/// CR and LF inside `event` or `id` would end the field early, and NUL makes
+/// a parser ignore an id, so those bytes are left out rather than corrupting
+/// the stream. A NUL in an event type is kept: a parser reads it back as
+/// sent, and a relay must give the type back exactly.
 pub fn write_event(out: &mut BytesMut, event: Option<&[u8]>, id: Option<&[u8]>, data: &[u8]) {
     if let Some(name) = event {
-        put_field(out, b"event", name);
+        put_field(out, b"event", name, EVENT_DROPS);
     }
     if let Some(id) = id {
-        put_field(out, b"id", id);
+        put_field(out, b"id", id, ID_DROPS);
     }
     write_data(out, data);
 }
@@ -33,10 +34,10 @@ pub fn write_event(out: &mut BytesMut, event: Option<&[u8]>, id: Option<&[u8]>, 
 /// Appends a whole [`SseEvent`] (event, id, retry, data) as one frame.
 pub fn write_sse_event(out: &mut BytesMut, ev: &SseEvent) {
     if let Some(name) = &ev.event {
-        put_field(out, b"event", name);
+        put_field(out, b"event", name, EVENT_DROPS);
     }
     if let Some(id) = &ev.id {
-        put_field(out, b"id", id);
+        put_field(out, b"id", id, ID_DROPS);
     }
     if let Some(ms) = ev.retry {
         out.put_slice(b"retry: ");
@@ -74,11 +75,17 @@ fn write_data_lines(out: &mut BytesMut, data: &[u8]) {
     }
 }
 
-fn put_field(out: &mut BytesMut, name: &[u8], value: &[u8]) {
+/// Bytes an `event:` line leaves out: a line break would end it early.
+const EVENT_DROPS: &[u8] = b"\r\n";
+
+/// Bytes an `id:` line leaves out: also NUL, which makes a parser ignore it.
+const ID_DROPS: &[u8] = b"\r\n\0";
+
+fn put_field(out: &mut BytesMut, name: &[u8], value: &[u8], drops: &[u8]) {
     out.put_slice(name);
     out.put_slice(b": ");
     for &b in value {
-        if b != b'\n' && b != b'\r' && b != 0 {
+        if !drops.contains(&b) {
             out.put_u8(b);
         }
     }
@@ -109,5 +116,22 @@ mod tests {
         let mut out = BytesMut::new();
         write_event(&mut out, Some(b"out\nput"), Some(b"1\r"), b"x");
         assert_eq!(&out[..], b"event: output\nid: 1\ndata: x\n\n");
+    }
+
+    #[test]
+    fn a_nul_is_kept_in_an_event_type_and_left_out_of_an_id() {
+        // Found by the qoder_model_wire fuzz target: a relayed event type
+        // with a NUL came back without it.
+        let ev = SseEvent {
+            event: Some(bytes::Bytes::from_static(b"LL\0c")),
+            data: bytes::Bytes::from_static(b"[NOTIFICATIONS]"),
+            id: Some(bytes::Bytes::from_static(b"7\0")),
+            retry: None,
+        };
+        let mut out = BytesMut::new();
+        write_sse_event(&mut out, &ev);
+        assert_eq!(&out[..], b"event: LL\0c\nid: 7\ndata: [NOTIFICATIONS]\n\n");
+        let back = parse_all(&out).unwrap();
+        assert_eq!(back[0].event.as_deref(), Some(&b"LL\0c"[..]));
     }
 }

@@ -170,3 +170,18 @@ fn broken_or_odd_input_never_panics() {
     let f = failure(data(r#"{"body":1,"statusCodeValue":403}"#));
     assert_eq!(f.status, Some(403));
 }
+
+#[test]
+fn a_frame_with_a_line_break_is_read_as_it_will_be_written() {
+    // Found by the qoder_model_wire fuzz target: a backslash and a raw line
+    // break inside `body` is broken JSON, but the unwrapper writes it on one
+    // line as `\\n`, an envelope with status 0 that the ingress reads as an
+    // error; read the same way here, the return leg agrees.
+    let f = failure(data("{\"statusCodeValue\":0, \"body\":\"\\\n[\"}"));
+    assert_eq!(f.status, Some(0));
+    // A break between members is whitespace.
+    assert_eq!(
+        data("{\"statusCodeValue\":200,\n\"body\":\"[DONE]\"}"),
+        Frame::Done
+    );
+}
