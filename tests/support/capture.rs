@@ -11,9 +11,7 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use bytes::Bytes;
-use http::{Method, Request, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
+use http::{Method, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::rustls::pki_types::ServerName;
@@ -81,32 +79,7 @@ pub async fn send(
     body: impl Into<Bytes>,
 ) -> Result<Resp, String> {
     let stream = tls(proxy, host, 443, config).await?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::spawn(conn);
-    let mut req = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", host);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let resp = sender
-        .send_request(req.body(Full::new(body.into())).unwrap())
-        .await
-        .map_err(|e| e.to_string())?;
-    let (parts, body) = resp.into_parts();
-    let body = body
-        .collect()
-        .await
-        .map(|c| c.to_bytes())
-        .map_err(|e| e.to_string())?;
-    Ok(Resp {
-        status: parts.status,
-        headers: parts.headers,
-        body,
-    })
+    super::tls::request_over(stream, host, (method, path), headers, body.into()).await
 }
 
 /// Which external HTTP stack makes a request.

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::rustls::pki_types::pem::PemObject as _;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
@@ -77,20 +78,36 @@ pub async fn send(
     let tls = connect(addr, name, config)
         .await
         .map_err(|e| format!("TLS to {addr} as {name}: {e}"))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+    request_over(tls, addr, (method, path), headers, body.into()).await
+}
+
+/// One HTTP/1.1 request over an open stream (TLS, or a tunnel), with
+/// `Host: host` unless `headers` name one; `Err` when the request or its
+/// body fails.
+pub async fn request_over<S>(
+    stream: S,
+    host: &str,
+    (method, path): (Method, &str),
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> Result<Resp, String>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| e.to_string())?;
     tokio::spawn(conn);
     let mut req = Request::builder().method(method).uri(path);
     let has_host = headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host"));
     if !has_host {
-        req = req.header("host", addr);
+        req = req.header("host", host);
     }
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
     let resp = sender
-        .send_request(req.body(Full::new(body.into())).unwrap())
+        .send_request(req.body(Full::new(body)).unwrap())
         .await
         .map_err(|e| e.to_string())?;
     let (parts, body) = resp.into_parts();
@@ -98,7 +115,7 @@ pub async fn send(
         .collect()
         .await
         .map(|c| c.to_bytes())
-        .unwrap_or_default();
+        .map_err(|e| format!("the body of the answer: {e}"))?;
     Ok(Resp {
         status: parts.status,
         headers: parts.headers,

@@ -167,6 +167,19 @@ impl Unwrapper {
             return upstream_failure(out, classify::event_error(&event.data));
         }
         let data = event.data.trim_ascii();
+        // A frame with a line break is read as it is written, on one line
+        // (`oneline`): the repair can make broken JSON an envelope, and
+        // the next reader (the ingress, the CLI) sees only the repaired
+        // frame. Rare, so the copy costs nothing on the common path.
+        let one_line: BytesMut;
+        let data = if memchr::memchr2(b'\n', b'\r', data).is_some() {
+            let mut buf = BytesMut::with_capacity(data.len() + 16);
+            put_one_line(&mut buf, data);
+            one_line = buf;
+            one_line.trim_ascii()
+        } else {
+            data
+        };
         if data.is_empty() {
             return FrameClass::NotContent;
         }

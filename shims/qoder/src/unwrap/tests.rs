@@ -761,3 +761,20 @@ fn the_cached_part_of_the_prompt_is_metered_where_the_usage_names_it() {
         assert_eq!(meter.prompt_tokens, Some(9), "{odd}");
     }
 }
+
+#[test]
+fn a_frame_with_a_line_break_is_read_as_it_is_written() {
+    // Found by the qoder_model_wire fuzz target: a raw line break inside
+    // `body` (and a member the strict reader refuses) made this broken
+    // JSON to the return leg, which passed it on repaired, as one line,
+    // where the ingress read the repaired text as an error envelope.
+    // Both legs now read the one-line form: the same error.
+    let input = b"data:{\"statusCodeValue\":0, \"\":{r},\"body\":\"\ndata:x\"}\n\n";
+    let ret = unwrap_all(input);
+    assert_eq!(failure_of(&ret).status, Some(0));
+    let again = drive(
+        &mut QoderIngress::new(),
+        &[b"data:{\"statusCodeValue\":0, \"\":{r},\"body\":\"\\nx\"}\n\n"],
+    );
+    assert_eq!(failure_of(&again).status, Some(0));
+}
