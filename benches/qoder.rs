@@ -47,10 +47,10 @@
 //! against the unwrapper's 1.20 ms, 1.35×; ingress 1.34 ms against
 //! 1.15 ms, 1.17×. The code before that change, built and run right after
 //! (criterion's comparison): the unwrapper 0.95 and 0.71 ms, the legs 1.25
-//! and 0.90 ms, so the check costs up to 0.1 µs a frame here, on top of
-//! run-to-run noise of the same size; `qoder_unwrap/shimgate` showed no
-//! significant change (1.45 against 1.29 ms, p = 0.20). About 50 µs for a
-//! 500-frame answer at most: no one waits on it.
+//! and 0.90 ms: 0.07–0.13 µs a frame over 3,467 frames, part of it
+//! run-to-run noise (`qoder_unwrap/shimgate`, the same unwrapper on
+//! envelopes, showed no significant change: 1.45 against 1.29 ms,
+//! p = 0.20). At most about 65 µs for a 500-frame answer.
 //!
 //! Run: `cargo bench --bench qoder` (about 30 s).
 //!
